@@ -1,0 +1,1 @@
+"""Who runs which task: the wire model and the pure planner."""

@@ -1,0 +1,31 @@
+"""TaskId: ``<subtopology>_<partition>``, the name of a task and of its state directory."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_PATTERN = re.compile(r"^(\d+)_(\d+)$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskId:
+    """One unit of work: a partition of a sub-topology. Orders by (subtopology, partition)."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskId:
+        """Parse ``"0_3"``; raise ValueError for anything that is not a task directory name."""
+        match = _PATTERN.match(text)
+        if match is None:
+            raise ValueError(f"not a task id: {text!r}")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    @classmethod
+    def is_task_name(cls, text: str) -> bool:
+        return _PATTERN.match(text) is not None

@@ -1,0 +1,55 @@
+"""Time as an injected dependency, so logic never calls ``time`` directly and tests can steer it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+
+@dataclass
+class FakeClock:
+    """A clock tests advance by hand."""
+
+    now: float = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """An absolute point on a clock's monotonic scale."""
+
+    clock: Clock
+    at: float
+
+    @classmethod
+    def after(cls, clock: Clock, seconds: float) -> Deadline:
+        return cls(clock, clock.monotonic() + seconds)
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - self.clock.monotonic())
+
+    def expired(self) -> bool:
+        return self.clock.monotonic() >= self.at

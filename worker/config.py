@@ -1,0 +1,190 @@
+"""Typed settings with one ``load()``: defaults < TOML file < ``WORKER_*`` env < ``--set``.
+
+Keys are named after Kafka Streams' where one exists (``commit.interval.ms``...). Keys
+under ``kafka.`` pass through unchanged to every librdkafka client (security, SASL,
+tuning), so operators configure the data path exactly as they would any librdkafka app.
+Every value is validated before anything starts; an error names the key
+(:class:`~worker.errors.ConfigError`) and the CLI exits with code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from worker.errors import ConfigError
+
+ENV_PREFIX = "WORKER_"
+PASSTHROUGH_PREFIX = "kafka."
+# Environment variables of the CLI itself, not settings.
+_ENV_NOT_SETTINGS = {"WORKER_CONFIG", "WORKER_APP", "WORKER_STATE_DIR"}
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseModel):
+    """The validated settings. Immutable once loaded; ``kafka`` holds librdkafka pass-through."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid")
+
+    application_id: str = Field("payments-app", alias="application.id", pattern=r"^[A-Za-z0-9._-]+$")
+    bootstrap_servers: str = Field("127.0.0.1:9092", alias="bootstrap.servers", min_length=1)
+    processing_guarantee: Literal["at_least_once", "exactly_once_v2"] = Field(
+        "at_least_once", alias="processing.guarantee"
+    )
+    commit_interval_ms: int = Field(30000, alias="commit.interval.ms", ge=1)
+    num_standby_replicas: int = Field(1, alias="num.standby.replicas", ge=0)
+    max_warmup_replicas: int = Field(2, alias="max.warmup.replicas", ge=1)
+    acceptable_recovery_lag: int = Field(10000, alias="acceptable.recovery.lag", ge=0)
+    probing_rebalance_interval_ms: int = Field(
+        600000, alias="probing.rebalance.interval.ms", ge=60000
+    )
+    state_dir: Path = Field(Path("./state"), alias="state.dir")
+    state_cleanup_delay_ms: int = Field(600000, alias="state.cleanup.delay.ms", ge=0)
+    statestore_checkpoint_interval_ms: int = Field(
+        300000, alias="statestore.checkpoint.interval.ms", ge=0
+    )
+    statestore_uncommitted_max_bytes: int = Field(
+        64 * MiB, alias="statestore.uncommitted.max.bytes", ge=-1
+    )
+    rocksdb_memory_bytes: int = Field(256 * MiB, alias="rocksdb.memory.bytes", ge=16 * MiB)
+    restore_batch_records: int = Field(10000, alias="restore.batch.records", ge=1, le=1_000_000)
+    http_host: str = Field("127.0.0.1", alias="http.host", min_length=1)
+    http_port: int = Field(8080, alias="http.port", ge=0, le=65535)
+    application_server: str = Field("", alias="application.server")
+    session_timeout_ms: int = Field(10000, alias="session.timeout.ms", ge=1000)
+    heartbeat_interval_ms: int = Field(3000, alias="heartbeat.interval.ms", ge=100)
+    max_poll_interval_ms: int = Field(300000, alias="max.poll.interval.ms", ge=1000)
+    group_instance_id: str = Field("", alias="group.instance.id")
+    replication_factor: int = Field(-1, alias="replication.factor", ge=-1)
+    internal_topics_create: bool = Field(True, alias="internal.topics.create")
+    poll_ms: int = Field(100, alias="poll.ms", ge=0, le=10000)
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
+    log_format: Literal["json", "console"] = Field("json", alias="log.format")
+    kafka: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("processing_guarantee")
+    @classmethod
+    def _only_implemented_guarantees(cls, value: str) -> str:
+        if value == "exactly_once_v2":
+            raise ValueError("exactly_once_v2 is not available in this version; use at_least_once")
+        return value
+
+    @field_validator("application_server")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[^:\s]+:\d{1,5}", value):
+            raise ValueError("must be host:port")
+        return value
+
+    def endpoint(self) -> str:
+        """The host:port other instances use to reach this one's HTTP API."""
+        return self.application_server or f"{self.http_host}:{self.http_port}"
+
+    def kafka_passthrough(self) -> dict[str, str]:
+        """librdkafka settings given by the operator, applied to every client."""
+        return dict(self.kafka)
+
+
+class LoadedSettings:
+    """Settings plus where each value came from (for ``worker config show``)."""
+
+    def __init__(self, settings: Settings, sources: dict[str, str]) -> None:
+        self.settings = settings
+        self.sources = sources
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{full}."))
+        else:
+            flat[full] = value
+    return flat
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return _flatten(tomllib.load(fh))
+    except FileNotFoundError as exc:
+        raise ConfigError("--config", f"file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
+
+
+def _env_key(name: str) -> str:
+    return name[len(ENV_PREFIX) :].lower().replace("_", ".")
+
+
+def _read_env(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    found: dict[str, tuple[str, str]] = {}
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX) and name not in _ENV_NOT_SETTINGS:
+            found[_env_key(name)] = (value, f"env:{name}")
+    return found
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """Parse ``--set key=value`` pairs; a malformed pair names itself in the error."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(item, "--set expects key=value")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def _known_keys() -> set[str]:
+    return {field.alias or name for name, field in Settings.model_fields.items()} - {"kafka"}
+
+
+def _build(values: dict[str, Any]) -> Settings:
+    known = _known_keys()
+    plain: dict[str, Any] = {}
+    passthrough: dict[str, str] = {}
+    for key, value in values.items():
+        if key.startswith(PASSTHROUGH_PREFIX):
+            passthrough[key[len(PASSTHROUGH_PREFIX) :]] = str(value).lower() if isinstance(
+                value, bool
+            ) else str(value)
+        elif key in known:
+            plain[key] = value
+        else:
+            raise ConfigError(key, "unknown setting (librdkafka settings go under 'kafka.')")
+    try:
+        return Settings.model_validate({**plain, "kafka": passthrough})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "config"
+        raise ConfigError(key, f"{first['msg']} (got {first.get('input')!r})") from None
+
+
+def load(
+    path: Path | None = None,
+    overrides: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LoadedSettings:
+    """Load and validate settings from every layer; raise ConfigError naming the bad key."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if path is not None:
+        for key, value in _read_file(path).items():
+            values[key], sources[key] = value, f"file:{path}"
+    for key, (value, source) in _read_env(os.environ if environ is None else environ).items():
+        values[key], sources[key] = value, source
+    for key, value in (overrides or {}).items():
+        values[key], sources[key] = value, "--set"
+    settings = _build(values)
+    for key in _known_keys():
+        sources.setdefault(key, "default")
+    return LoadedSettings(settings, sources)

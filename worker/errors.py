@@ -1,0 +1,74 @@
+"""The error taxonomy, classified by what the caller must do.
+
+Every error the worker raises on purpose derives from :class:`WorkerError`. The classes
+say what to do next, not what went wrong: a corrupted task is wiped and restored, a
+locked directory is retried, a config error stops the process before anything starts.
+Third-party errors (rocksdict, librdkafka, kafka-python) are mapped onto these in the
+adapter that calls the library, never by matching text elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class WorkerError(Exception):
+    """Root of every error the worker raises deliberately."""
+
+
+class ConfigError(WorkerError):
+    """A setting is missing or invalid. Fatal before start-up; exit code 2.
+
+    ``key`` names the offending setting so the operator can fix it from the message alone.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"config error: {key}: {message}")
+        self.key = key
+        self.message = message
+
+
+class TopologyError(WorkerError):
+    """The user's topology is malformed or does not match the topics (fatal)."""
+
+
+class StateDirError(WorkerError):
+    """The state directory cannot be used (permissions, not a directory). Fatal."""
+
+
+class StateLocked(WorkerError):
+    """Another process (or task) holds a lock we need.
+
+    For the process lock this is fatal (a second worker on the same state dir); for a
+    task lock the caller retries later.
+    """
+
+
+class TaskCorrupted(WorkerError):
+    """Local state of these tasks cannot be trusted: wipe it and restore from the changelog."""
+
+    def __init__(self, task_ids: Iterable[object], reason: str) -> None:
+        self.task_ids = frozenset(task_ids)
+        self.reason = reason
+        super().__init__(f"tasks {sorted(map(str, self.task_ids))} corrupted: {reason}")
+
+
+class StoreCorrupted(WorkerError):
+    """One store could not be opened or read. The owning task turns it into TaskCorrupted."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"store {path} corrupted: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class TaskMigrated(WorkerError):
+    """We lost ownership (group generation moved on / fenced): close dirty and rejoin."""
+
+
+class KafkaUnavailable(WorkerError):
+    """The broker could not be reached in time. Retriable: keep the task, try again."""
+
+
+class FatalError(WorkerError):
+    """Nothing sensible can be done; the worker stops with a non-zero exit."""
