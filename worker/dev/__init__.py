@@ -1,0 +1,1 @@
+"""Developer conveniences: the embedded broker and sample data."""

