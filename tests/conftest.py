@@ -9,6 +9,8 @@ import pytest
 
 from worker.dev.broker import EmbeddedBroker
 
+pytest_plugins = ["tests.support.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
@@ -20,3 +22,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 @pytest.fixture(scope="session")
 def bootstrap(broker: EmbeddedBroker) -> str:
     return broker.bootstrap
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker for this test alone: for tests that use fixed topic names (the example app)."""
+    with EmbeddedBroker(log_path=tmp_path / "own-broker.log") as running:
+        yield running

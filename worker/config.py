@@ -33,7 +33,9 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid")
 
-    application_id: str = Field("payments-app", alias="application.id", pattern=r"^[A-Za-z0-9._-]+$")
+    application_id: str = Field(
+        "payments-app", alias="application.id", pattern=r"^[A-Za-z0-9._-]+$"
+    )
     bootstrap_servers: str = Field("127.0.0.1:9092", alias="bootstrap.servers", min_length=1)
     processing_guarantee: Literal["at_least_once", "exactly_once_v2"] = Field(
         "at_least_once", alias="processing.guarantee"
@@ -95,9 +97,12 @@ class Settings(BaseModel):
 class LoadedSettings:
     """Settings plus where each value came from (for ``worker config show``)."""
 
-    def __init__(self, settings: Settings, sources: dict[str, str]) -> None:
+    def __init__(
+        self, settings: Settings, sources: dict[str, str], ignored_env: list[str] | None = None
+    ) -> None:
         self.settings = settings
         self.sources = sources
+        self.ignored_env = ignored_env or []
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -125,12 +130,25 @@ def _env_key(name: str) -> str:
     return name[len(ENV_PREFIX) :].lower().replace("_", ".")
 
 
-def _read_env(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """Settings from ``WORKER_*`` variables, and the names of those that are not settings.
+
+    Unknown names are reported, not fatal: platforms inject their own ``WORKER_*``
+    variables (Kubernetes adds ``WORKER_SERVICE_HOST``, ``WORKER_PORT``... for a Service
+    named "worker"), and refusing to start over them would be wrong.
+    """
+    known = _known_keys()
     found: dict[str, tuple[str, str]] = {}
+    ignored: list[str] = []
     for name, value in environ.items():
-        if name.startswith(ENV_PREFIX) and name not in _ENV_NOT_SETTINGS:
-            found[_env_key(name)] = (value, f"env:{name}")
-    return found
+        if not name.startswith(ENV_PREFIX) or name in _ENV_NOT_SETTINGS:
+            continue
+        key = _env_key(name)
+        if key in known or key.startswith(PASSTHROUGH_PREFIX):
+            found[key] = (value, f"env:{name}")
+        else:
+            ignored.append(name)
+    return found, sorted(ignored)
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:
@@ -154,9 +172,9 @@ def _build(values: dict[str, Any]) -> Settings:
     passthrough: dict[str, str] = {}
     for key, value in values.items():
         if key.startswith(PASSTHROUGH_PREFIX):
-            passthrough[key[len(PASSTHROUGH_PREFIX) :]] = str(value).lower() if isinstance(
-                value, bool
-            ) else str(value)
+            passthrough[key[len(PASSTHROUGH_PREFIX) :]] = (
+                str(value).lower() if isinstance(value, bool) else str(value)
+            )
         elif key in known:
             plain[key] = value
         else:
@@ -180,11 +198,12 @@ def load(
     if path is not None:
         for key, value in _read_file(path).items():
             values[key], sources[key] = value, f"file:{path}"
-    for key, (value, source) in _read_env(os.environ if environ is None else environ).items():
+    from_env, ignored_env = _read_env(os.environ if environ is None else environ)
+    for key, (value, source) in from_env.items():
         values[key], sources[key] = value, source
     for key, value in (overrides or {}).items():
         values[key], sources[key] = value, "--set"
     settings = _build(values)
     for key in _known_keys():
         sources.setdefault(key, "default")
-    return LoadedSettings(settings, sources)
+    return LoadedSettings(settings, sources, ignored_env)

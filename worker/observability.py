@@ -94,8 +94,10 @@ class Metrics:
             "worker_skipped_records_total", "Records skipped", ["reason"], registry=r
         )
         self.produced_records = Counter(
-            "worker_produced_records_total", "Records produced to sinks and changelogs",
-            ["kind"], registry=r,
+            "worker_produced_records_total",
+            "Records produced to sinks and changelogs",
+            ["kind"],
+            registry=r,
         )
         self.worker_state = Gauge(
             "worker_state", "1 for the worker's current lifecycle state", ["state"], registry=r

@@ -1,0 +1,59 @@
+# Everyday commands. `make test` from a fresh clone needs only python3.11+, pip and make:
+# `install` builds .venv and the suite starts its own Kafka-compatible broker.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Written after a successful install; rebuilt when the dependencies in pyproject.toml change.
+STAMP := $(VENV)/.installed
+IMAGE ?= worker
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-unit demo bench lint docker clean
+
+help:
+	@echo "make install    create $(VENV) and install worker with its dev extra"
+	@echo "make test       the whole suite: unit, property, integration, faults"
+	@echo "make test-unit  the fast subset (no broker)"
+	@echo "make demo       local broker + sample data + two workers for about a minute"
+	@echo "make bench      run the benchmarks"
+	@echo "make lint       ruff check, ruff format --check, mypy"
+	@echo "make docker     build the $(IMAGE) image"
+	@echo "make clean      remove $(VENV) and caches"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worker needs Python >= 3.11; $(PYTHON) is " + sys.version.split()[0] + " (try: make PYTHON=python3.11 ...)")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+		echo "could not create $(VENV) with '$(PYTHON) -m venv' (on Debian/Ubuntu: apt-get install python3-venv)" >&2; \
+		rm -rf $(VENV); exit 1; }
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+test-unit: install
+	$(BIN)/python -m pytest -q -m 'not integration and not faults' $(PYTEST_ARGS) tests/unit tests/property
+
+demo: install
+	$(BIN)/worker dev demo
+
+bench:
+	@test -d benchmarks || { echo "no benchmarks/ directory in this checkout: nothing to run" >&2; exit 1; }
+	@$(MAKE) --no-print-directory install
+	$(BIN)/python -m benchmarks
+
+lint: install
+	$(BIN)/ruff check worker tests
+	$(BIN)/ruff format --check worker tests
+	$(BIN)/mypy worker
+
+docker:
+	docker build -t $(IMAGE) .
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,69 @@
+"""Two real worker processes run the example app against the real broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.example_app import example_data
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+FAST = {"commit.interval.ms": 500}
+
+
+def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_factory):
+    data = example_data(own_broker.bootstrap)
+    settings = {**FAST, "bootstrap.servers": own_broker.bootstrap}
+    a = worker_factory("a", settings=settings)
+    b = worker_factory("b", settings=settings)
+    wait_until(
+        lambda: a.ready()
+        and b.ready()
+        and a.metric("worker_tasks", kind="active") == 2
+        and b.metric("worker_tasks", kind="active") == 2,
+        timeout=90,
+        message="both workers ready with two of the four tasks each",
+    )
+    data.produce(4000)
+    wait_until(
+        lambda: a.metric("worker_processed_records_total")
+        + b.metric("worker_processed_records_total")
+        >= len(data.stream),
+        timeout=90,
+        message="every payment processed",
+    )
+    assert a.metric("worker_processed_records_total") > 0
+    assert b.metric("worker_processed_records_total") > 0
+
+    expected_totals, expected_alerts = data.reference()
+    assert expected_alerts, "the sample data should contain anomalies"
+    wait_until(lambda: len(data.alerts()) >= len(expected_alerts), 30, message="alerts")
+    alerts = data.alerts()
+    assert sorted(x["payment_id"] for x in alerts) == sorted(expected_alerts)
+    assert {x["payment_id"]: x for x in alerts} == expected_alerts
+
+    assert a.terminate() == 0 and b.terminate() == 0
+    assert data.totals_from_changelog(worker_factory.application_id) == expected_totals
+
+
+def test_a_clean_restart_restores_nothing_that_was_committed(own_broker, worker_factory):
+    data = example_data(own_broker.bootstrap)
+    w = worker_factory("solo", settings={**FAST, "bootstrap.servers": own_broker.bootstrap})
+    w.wait_ready(90)
+    data.produce(2000)
+    wait_until(lambda: w.metric("worker_processed_records_total") >= 2000, 60, message="processed")
+    # First start restored the whole profiles table (60 accounts) from its topic.
+    assert w.metric("worker_restored_records_total", store="account-profiles") == 60
+    assert w.terminate() == 0
+    checkpoints = sorted(w.state_dir.glob("*/*/.checkpoint"))
+    assert len(checkpoints) == 4, "clean shutdown writes a .checkpoint per task"
+
+    data.produce(500)  # input written while it is down; its changelogs do not move
+    w.start()
+    w.wait_ready(90)
+    wait_until(lambda: w.metric("worker_processed_records_total") >= 500, 60, message="resumed")
+    assert w.metric("worker_restored_records_total") == 0
+    _, expected_alerts = data.reference()
+    wait_until(lambda: len(data.alerts()) >= len(expected_alerts), 30, message="alerts")
+    assert {x["payment_id"] for x in data.alerts()} == set(expected_alerts)

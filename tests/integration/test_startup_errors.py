@@ -1,0 +1,93 @@
+"""Bad config, an unusable state dir, a second process: one-line errors, non-zero exits."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.example_app import example_data
+from tests.support.waiting import wait_until
+
+
+def _run(
+    args: list[str], cwd: Path, preexec_fn: Callable[[], None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env,
+        preexec_fn=preexec_fn,
+    )
+
+
+def _without_root_file_powers() -> None:
+    """Drop the capabilities that let root ignore file permissions (runs in the child).
+
+    The suite runs as root on CI; without this a read-only directory is writable to it.
+    PR_CAPBSET_DROP (24) for CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2, 3):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_bad_config_value_exits_2_naming_the_key(tmp_path):
+    result = _run(["start", "--state-dir", str(tmp_path), "--set", "commit.interval.ms=0"], tmp_path)
+    assert result.returncode == 2
+    (line,) = _error_lines(result)
+    assert "commit.interval.ms" in line
+    assert not (tmp_path / "payments-app").exists(), "nothing may start on a bad config"
+
+
+def test_an_unknown_key_in_the_config_file_exits_2(tmp_path):
+    config = tmp_path / "worker.toml"
+    config.write_text('application.id = "x"\ncommit.intervall.ms = 5\n')
+    result = _run(["start", "--config", str(config), "--state-dir", str(tmp_path)], tmp_path)
+    assert result.returncode == 2
+    assert "commit.intervall.ms" in _error_lines(result)[0]
+
+
+def test_a_state_dir_that_cannot_be_written_exits_1(tmp_path):
+    locked = tmp_path / "read-only"
+    locked.mkdir(mode=0o555)
+    preexec = _without_root_file_powers if os.geteuid() == 0 else None
+    result = _run(["start", "--state-dir", str(locked)], tmp_path, preexec)
+    assert result.returncode == 1, result.stderr
+    (line,) = _error_lines(result)
+    assert str(locked) in line and "permission" in line.lower()
+
+
+def test_a_state_dir_that_is_a_file_exits_1(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    result = _run(["start", "--state-dir", str(not_a_dir)], tmp_path)
+    assert result.returncode == 1
+    assert len(_error_lines(result)) == 1
+
+
+@pytest.mark.integration
+def test_a_second_process_on_the_same_state_dir_exits_1(own_broker, worker_factory):
+    example_data(own_broker.bootstrap)
+    first = worker_factory("first", settings={"bootstrap.servers": own_broker.bootstrap})
+    wait_until(first.healthy, 60, message="first worker up")
+    second = worker_factory(
+        "second", state_dir=first.state_dir, settings={"bootstrap.servers": own_broker.bootstrap}
+    )
+    assert second.wait_exit(60) == 1
+    assert "in use by another process" in second.logs()
+    assert first.alive

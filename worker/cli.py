@@ -1,0 +1,160 @@
+"""The ``worker`` command line: parse, load config, hand over. One-line errors, set exit codes.
+
+Exit codes: 0 success; 1 a runtime error (state dir in use or unusable, topics missing);
+2 bad configuration or usage (the message names the key).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from worker import __version__
+from worker.config import LoadedSettings, Settings, load, parse_assignments
+from worker.errors import ConfigError, TopologyError, WorkerError
+from worker.observability import configure_logging, get_logger
+from worker.processing.topology import BuiltTopology, Topology
+
+DEFAULT_APP = "worker.examples.payments:build"
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _load_settings(
+    config: Path | None, sets: tuple[str, ...], state_dir: Path | None
+) -> LoadedSettings:
+    overrides = parse_assignments(list(sets))
+    if state_dir is not None:
+        overrides["state.dir"] = str(state_dir)
+    return load(config, overrides)
+
+
+def load_topology(spec: str) -> BuiltTopology:
+    """Import ``module:attr``; attr is a Topology or a callable returning one."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError("--app", f"expected module:attr, got {spec!r}")
+    try:
+        target: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("--app", f"cannot load {spec}: {exc}") from exc
+    topology = target() if callable(target) and not isinstance(target, Topology) else target
+    if not isinstance(topology, Topology):
+        raise ConfigError("--app", f"{spec} is not a Topology")
+    return topology.build()
+
+
+config_option = click.option(
+    "--config",
+    "config",
+    type=click.Path(path_type=Path),
+    envvar="WORKER_CONFIG",
+    help="TOML settings file (see config/worker.toml).",
+)
+set_option = click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a setting; repeatable."
+)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="worker")
+def main() -> None:
+    """A stateful stream-processing worker: local RocksDB state backed by Kafka changelogs."""
+
+
+@main.command()
+@config_option
+@set_option
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar="WORKER_STATE_DIR")
+@click.option(
+    "--app",
+    default=DEFAULT_APP,
+    envvar="WORKER_APP",
+    show_default=True,
+    help="The topology to run, as module:attr.",
+)
+def start(config: Path | None, sets: tuple[str, ...], state_dir: Path | None, app: str) -> None:
+    """Run the worker until SIGTERM or SIGINT."""
+    try:
+        loaded = _load_settings(config, sets, state_dir)
+        topology = load_topology(app)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    except TopologyError as exc:
+        _fail(f"topology: {exc}", 2)
+    settings = loaded.settings
+    configure_logging(settings.log_level, settings.log_format)
+    if loaded.ignored_env:
+        get_logger().warning("config.env_ignored", names=loaded.ignored_env)
+    from worker.runtime.worker import Worker  # after validation: bad config fails fast
+
+    worker = Worker(settings, topology)
+    _install_signal_handlers(worker.request_stop)
+    try:
+        code = worker.run()
+    except WorkerError as exc:
+        _fail(str(exc), 1)
+    sys.exit(code)
+
+
+def _install_signal_handlers(stop: Any) -> None:
+    """First SIGTERM/SIGINT: graceful stop. Second: exit at once. SIGHUP: ignored."""
+    received = {"count": 0}
+
+    def handle(signum: int, _frame: Any) -> None:
+        received["count"] += 1
+        if received["count"] > 1:
+            os._exit(128 + signum)
+        stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@main.command()
+def version() -> None:
+    """Print the worker's version."""
+    click.echo(f"worker {__version__}")
+
+
+@main.group("config")
+def config_group() -> None:
+    """Inspect configuration."""
+
+
+@config_group.command("show")
+@config_option
+@set_option
+def config_show(config: Path | None, sets: tuple[str, ...]) -> None:
+    """Print the effective settings and where each value came from."""
+    try:
+        loaded = load(config, parse_assignments(list(sets)))
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    values = loaded.settings.model_dump(by_alias=True)
+    for key in sorted(k for k in values if k != "kafka"):
+        click.echo(f"{key} = {values[key]!s}    # {loaded.sources.get(key, 'default')}")
+    for key, value in sorted(loaded.settings.kafka.items()):
+        click.echo(f"kafka.{key} = {value}    # {loaded.sources.get('kafka.' + key, '?')}")
+
+
+def settings_from(config: Path | None, sets: tuple[str, ...]) -> Settings:
+    try:
+        return load(config, parse_assignments(list(sets))).settings
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+
+
+from worker.dev.commands import dev  # noqa: E402  (registers the dev group)
+
+main.add_command(dev)

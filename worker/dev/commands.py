@@ -1,0 +1,69 @@
+"""``worker dev``: the embedded broker, sample data and the demo."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from worker.config import load, parse_assignments
+from worker.dev.broker import EmbeddedBroker
+from worker.errors import ConfigError, WorkerError
+
+
+@click.group()
+def dev() -> None:
+    """Developer tools: a local broker, sample data, the demo."""
+
+
+@dev.command()
+@click.option("--port", default=9092, show_default=True, help="Loopback port to listen on.")
+def broker(port: int) -> None:
+    """Run the embedded Kafka-compatible broker (in memory) in the foreground."""
+    running = EmbeddedBroker(port=port)
+    try:
+        running.start()
+    except WorkerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"broker listening on {running.bootstrap} (pid {running.pid}); Ctrl-C to stop")
+    try:
+        running.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+
+
+@dev.command("sample-data")
+@click.option("--config", type=click.Path(path_type=Path))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.option("--accounts", default=200, show_default=True)
+@click.option("--payments", default=0, show_default=True, help="Also produce this many payments.")
+@click.option("--partitions", default=4, show_default=True)
+def sample_data(
+    config: Path | None, sets: tuple[str, ...], accounts: int, payments: int, partitions: int
+) -> None:
+    """Create the example app's topics and load account profiles (and optionally payments)."""
+    from worker.dev import demo
+
+    try:
+        settings = load(config, parse_assignments(list(sets))).settings
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    loaded = demo.load_sample_data(settings, accounts, payments, partitions)
+    click.echo(f"loaded {loaded['profiles']} profiles and {loaded['payments']} payments")
+
+
+@dev.command()
+@click.option("--duration", default=60.0, show_default=True, help="Seconds of payment traffic.")
+@click.option("--rate", default=500, show_default=True, help="Payments per second.")
+@click.option("--workdir", type=click.Path(path_type=Path), default=Path(".demo"))
+def demo(duration: float, rate: int, workdir: Path) -> None:
+    """Start a broker, load sample data, run two workers over generated payments, summarise."""
+    from worker.dev import demo as demo_module
+
+    code = demo_module.run_demo(duration, rate, workdir)
+    sys.exit(code)

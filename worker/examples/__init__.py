@@ -1,0 +1,1 @@
+"""Example applications shipped with the worker."""

@@ -1,0 +1,1 @@
+"""The HTTP API: metrics, health, readiness."""

@@ -1,0 +1,289 @@
+"""The only confluent-kafka importer: admin, the data consumer, the restore consumer, the producer.
+
+Every client gets ``bootstrap.servers`` plus the operator's librdkafka pass-through
+settings (security, SASL, tuning). librdkafka errors are classified here and nowhere else.
+All key -> partition decisions use murmur2 (``murmur2_random``), identical to Kafka's Java
+clients and to ``worker.partitioner``, so a key always reaches the task owning its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from worker.config import Settings
+from worker.errors import FatalError, KafkaUnavailable, WorkerError
+
+TP = tuple[str, int]
+
+# Fetch tuning from platform-facts: the default 1000 ms queue backoff stalls a consumer
+# that drains faster than the broker refills it.
+_FETCH_TUNING = {"fetch.queue.backoff.ms": 10, "queued.min.messages": 100000}
+
+
+class ProduceFailed(WorkerError):
+    """A record was not acknowledged; the commit that depends on it must not happen."""
+
+
+def base_config(settings: Settings, client: str) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "client.id": f"{settings.application_id}-{client}",
+    }
+    config.update(settings.kafka_passthrough())
+    return config
+
+
+def _raise_for(error: ck.KafkaError | None, what: str) -> None:
+    if error is None:
+        return
+    if error.fatal():
+        raise FatalError(f"{what}: {error}")
+    if error.code() in (
+        ck.KafkaError._TRANSPORT,
+        ck.KafkaError._TIMED_OUT,
+        ck.KafkaError._ALL_BROKERS_DOWN,
+        ck.KafkaError._MSG_TIMED_OUT,
+    ):
+        raise KafkaUnavailable(f"{what}: {error}")
+    raise ProduceFailed(f"{what}: {error}")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+class Admin:
+    """Topic metadata and idempotent creation of internal topics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._admin = AdminClient(base_config(settings, "admin"))
+
+    def partition_counts(self, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
+        """Partition count of each existing topic; missing topics are absent from the result."""
+        try:
+            metadata = self._admin.list_topics(timeout=timeout)
+        except ck.KafkaException as exc:
+            raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
+        counts: dict[str, int] = {}
+        for topic in topics:
+            meta = metadata.topics.get(topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                counts[topic] = len(meta.partitions)
+        return counts
+
+    def create_topics(self, specs: Sequence[TopicSpec], timeout: float = 30.0) -> list[str]:
+        """Create the topics that do not exist yet; return the names created."""
+        if not specs:
+            return []
+        new = [
+            NewTopic(s.name, s.partitions, self._settings.replication_factor, config=dict(s.config))
+            for s in specs
+        ]
+        created: list[str] = []
+        for name, future in self._admin.create_topics(new, request_timeout=timeout).items():
+            try:
+                future.result(timeout)
+                created.append(name)
+            except ck.KafkaException as exc:
+                if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise FatalError(f"cannot create topic {name}: {exc.args[0]}") from exc
+        return created
+
+
+@dataclass(slots=True)
+class FetchedBatch:
+    """Records grouped per partition, plus the partitions that reached their end (EOF)."""
+
+    records: dict[TP, list[tuple[int, bytes | None, bytes | None]]]
+    end_offsets: dict[TP, int]
+
+
+class _PositionedConsumer:
+    """A consumer driven by explicit positions (``incremental_assign``), never by the group."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._consumer = ck.Consumer(config)
+        self._assigned: set[TP] = set()
+
+    def add(self, positions: Mapping[TP, int | None]) -> None:
+        """Start reading each partition at the given offset (None: from the beginning)."""
+        parts = [
+            ck.TopicPartition(t, p, ck.OFFSET_BEGINNING if off is None else off)
+            for (t, p), off in positions.items()
+        ]
+        if parts:
+            self._consumer.incremental_assign(parts)
+            self._assigned.update(positions)
+
+    def remove(self, partitions: Iterable[TP]) -> None:
+        parts = [ck.TopicPartition(t, p) for t, p in partitions if (t, p) in self._assigned]
+        if parts:
+            self._consumer.incremental_unassign(parts)
+            self._assigned.difference_update((tp.topic, tp.partition) for tp in parts)
+
+    @property
+    def assigned(self) -> frozenset[TP]:
+        return frozenset(self._assigned)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class RestoreConsumer(_PositionedConsumer):
+    """A group-less consumer reading changelogs by explicit position (restores, standbys)."""
+
+    def __init__(self, settings: Settings) -> None:
+        config = base_config(settings, "restore-consumer")
+        config.update(_FETCH_TUNING)
+        config.update(
+            {
+                # librdkafka requires a group id even for assign(); nothing is ever committed.
+                "group.id": f"{settings.application_id}-restore",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        super().__init__(config)
+
+    def fetch(self, max_records: int, timeout: float) -> FetchedBatch:
+        """Up to ``max_records`` changelog records; EOF events carry the high watermark."""
+        batch = FetchedBatch({}, {})
+        if not self._assigned:
+            return batch
+        eof = ck.KafkaError._PARTITION_EOF
+        for msg in self._consumer.consume(max_records, timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == eof:
+                    batch.end_offsets[(msg.topic(), msg.partition())] = msg.offset()
+                    continue
+                _raise_for(err, "changelog fetch")
+            tp = (msg.topic(), msg.partition())
+            bucket = batch.records.get(tp)
+            if bucket is None:
+                bucket = batch.records[tp] = []
+            bucket.append((msg.offset(), msg.key(), msg.value()))
+        return batch
+
+
+class DataConsumer(_PositionedConsumer):
+    """Reads the active tasks' source partitions from explicit positions.
+
+    Group membership and offset commits belong to the kafka-python member; this consumer
+    never joins the group and never commits.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        config = base_config(settings, "consumer")
+        config.update(_FETCH_TUNING)
+        config.update(
+            {
+                "group.id": settings.application_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        super().__init__(config)
+
+    def consume(self, max_records: int, timeout: float) -> list[Any]:
+        """Raw confluent-kafka messages (errors already raised); the loop routes them."""
+        if not self._assigned:
+            return []
+        messages = self._consumer.consume(max_records, timeout)
+        for msg in messages:
+            if msg.error() is not None:
+                _raise_for(msg.error(), "source fetch")
+        return messages
+
+
+class RecordCollector:
+    """The producer for changelogs and sinks; remembers the acked offset of each changelog.
+
+    ``flush()`` returns only when every record is acknowledged and raises if any was not,
+    so a commit never records an offset for data Kafka does not have.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        config = base_config(settings, "producer")
+        config.update(
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+                "batch.num.messages": 10000,
+                "queue.buffering.max.messages": 1000000,
+            }
+        )
+        self._producer = ck.Producer(config)
+        self._errors: list[ck.KafkaError] = []
+        self.acked: dict[TP, int] = {}
+
+    def _on_sink(self, err: ck.KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(err)
+
+    def _on_changelog(self, err: ck.KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(err)
+            return
+        tp = (msg.topic(), msg.partition())
+        if msg.offset() > self.acked.get(tp, -1):
+            self.acked[tp] = msg.offset()
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
+        """Write to a sink topic, partitioned by murmur2(key)."""
+        self._produce(topic, key, value, None, headers, self._on_sink)
+
+    def send_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        """Write to a store's changelog partition (the task's own partition)."""
+        self._produce(topic, key, value, partition, None, self._on_changelog)
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: Any,
+        callback: Any,
+    ) -> None:
+        kwargs: dict[str, Any] = {"on_delivery": callback}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        while True:
+            try:
+                self._producer.produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: let deliveries drain
+
+    def poll(self) -> None:
+        self._producer.poll(0)
+
+    def flush(self, timeout: float) -> None:
+        """Wait for every ack; raise KafkaUnavailable/ProduceFailed if any record failed."""
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            raise KafkaUnavailable(f"{remaining} records not acknowledged within {timeout}s")
+        if self._errors:
+            first, self._errors = self._errors[0], []
+            _raise_for(first, "produce")
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._producer.flush(timeout)

@@ -1,0 +1,407 @@
+"""The group member: kafka-python joins the group and runs our task assignor; it never fetches.
+
+confluent-kafka cannot run a custom assignor (platform-facts.md), so membership and task
+assignment use a kafka-python ``KafkaConsumer`` with :class:`TaskAssignor`, while all data
+flows through confluent-kafka elsewhere. Offset commits go through this member so the
+broker fences them with the group generation.
+
+Threading. kafka-python 3 runs every group callback (assignor, rebalance listener) on its
+own IO thread, and a callback there must not block on the consumer (``commit()`` would
+raise). So the assignor only records what arrives, and :meth:`GroupMember.poll` hands it
+to the :class:`RebalanceListener` on the caller's thread. ``poll`` drives the coordinator
+directly instead of ``KafkaConsumer.poll``: a rejoin can then only start inside ``poll``,
+right after ``on_revoked`` has run, never behind the runtime's back (with
+``KafkaConsumer.poll`` the IO thread could start the JoinGroup before the runtime
+committed). The private ``_coordinator`` handle is used for that and for batched offset
+fetches; kafka-python is pinned to 3.x in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import kafka.errors as kerrors
+from kafka import KafkaConsumer
+from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
+from kafka.util import Timer
+
+from worker.assignment import planner
+from worker.assignment.model import Assignment, Subscription
+from worker.config import Settings
+from worker.errors import FatalError, KafkaUnavailable, TaskMigrated, WorkerError
+from worker.kafka.task_assignor import TaskAssignor
+from worker.observability import Metrics, get_logger
+
+TP = tuple[str, int]
+
+# librdkafka pass-through keys kafka-python understands, and what it calls them.
+_PASSTHROUGH = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+_UPPERCASE = {"security_protocol", "sasl_mechanism"}
+_MIGRATED = (
+    kerrors.CommitFailedError,
+    kerrors.RebalanceInProgressError,
+    kerrors.IllegalGenerationError,
+    kerrors.UnknownMemberIdError,
+    kerrors.FencedInstanceIdError,
+)
+
+
+class RebalanceListener(Protocol):
+    """The runtime's side of a rebalance. Both calls come on the thread calling ``poll``."""
+
+    def on_revoked(self) -> None:
+        """Eager protocol: everything is being taken away; commit and suspend all tasks.
+
+        Called before this member rejoins. A commit made here is still fenced by the old
+        generation; if the member was already thrown out, it raises TaskMigrated.
+        """
+
+    def on_assigned(self, assignment: Assignment) -> None:
+        """The new assignment, with ``generation`` filled in."""
+
+
+def kafka_python_config(settings: Settings) -> dict[str, Any]:
+    """Consumer settings for the group member, from our settings and the pass-through.
+
+    Only the security and identity keys of the librdkafka pass-through apply here (it is
+    a different client); the rest are ignored and their names logged, never their values.
+    """
+    config: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in settings.bootstrap_servers.split(",")],
+        "client_id": f"{settings.application_id}-membership",
+        "group_id": settings.application_id,
+        "group_instance_id": settings.group_instance_id or None,
+        "session_timeout_ms": settings.session_timeout_ms,
+        "heartbeat_interval_ms": settings.heartbeat_interval_ms,
+        "max_poll_interval_ms": settings.max_poll_interval_ms,
+        "enable_auto_commit": False,
+        "allow_auto_create_topics": False,
+        "metrics_enabled": False,
+    }
+    ignored = []
+    for key, value in settings.kafka_passthrough().items():
+        name = _PASSTHROUGH.get(key)
+        if name is None and key == "ssl.endpoint.identification.algorithm":
+            config["ssl_check_hostname"] = value.lower() == "https"
+        elif name is None:
+            ignored.append(key)
+        else:
+            config[name] = value.upper() if name in _UPPERCASE else value
+    if ignored:
+        get_logger(component="membership").info(
+            "membership.config_ignored", keys=sorted(ignored), reason="not used by kafka-python"
+        )
+    return config
+
+
+def translate(exc: Exception) -> WorkerError:
+    """Classify a kafka-python error by what the caller must do (the one place this happens)."""
+    if isinstance(exc, _MIGRATED):
+        return TaskMigrated(f"group membership moved on: {exc!r}")
+    if isinstance(exc, kerrors.RetriableError | kerrors.KafkaConnectionError):
+        return KafkaUnavailable(f"group coordinator unavailable: {exc!r}")
+    return FatalError(f"group membership failed: {exc!r}")
+
+
+class GroupMember:
+    """This process's membership of the application's group (group id = ``application.id``).
+
+    Lifecycle: ``start()`` once, then ``poll()`` on every loop iteration from ONE thread
+    (the listener is called on it), ``commit()``/``committed()`` from that same thread,
+    ``close()`` at the end (idempotent). Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        source_topics: Mapping[int, Sequence[str]],
+        subscription: Callable[[], Subscription],
+        listener: RebalanceListener,
+        metrics: Metrics,
+    ) -> None:
+        self._settings = settings
+        self._topics = sorted({t for topics in source_topics.values() for t in topics})
+        self._subscription = subscription
+        self._listener = listener
+        self._metrics = metrics
+        self._assignor = TaskAssignor(
+            source_topics,
+            planner.PlannerConfig(
+                settings.num_standby_replicas,
+                settings.max_warmup_replicas,
+                settings.acceptable_recovery_lag,
+            ),
+        )
+        self._log = get_logger(component="membership", group=settings.application_id)
+        self._consumer: KafkaConsumer | None = None
+        self._holding = False  # the listener holds an assignment it has not given back
+        self._joining = False  # on_revoked ran and the subscription is sent; join under way
+        self._closed = False
+
+    def start(self) -> None:
+        """Connect and subscribe with our assignor (eager); the join happens in ``poll``.
+
+        Raises KafkaUnavailable when no broker answers within the bootstrap timeout.
+        """
+        if self._consumer is not None or self._closed:
+            return
+        try:
+            consumer = KafkaConsumer(
+                **kafka_python_config(self._settings),
+                partition_assignment_strategy=[self._assignor],
+            )
+        except kerrors.KafkaError as exc:
+            raise translate(exc) from exc
+        _install_join_fix(consumer._coordinator)
+        consumer.subscribe(topics=self._topics)
+        self._consumer = consumer
+        self._log.info("membership.started", topics=self._topics)
+
+    @property
+    def generation(self) -> int:
+        """The group generation this member is in now, -1 when in none."""
+        return self._group_metadata()[0]
+
+    @property
+    def member_id(self) -> str:
+        """The id the broker gave this member ('' before the first join)."""
+        return self._group_metadata()[1]
+
+    @property
+    def assigned_partitions(self) -> frozenset[TP]:
+        """What the group gave this member: exactly the source partitions of its actives."""
+        if self._consumer is None:
+            return frozenset()
+        return frozenset((tp.topic, tp.partition) for tp in self._consumer.assignment())
+
+    def poll(self, timeout_ms: int) -> None:
+        """Keep the membership alive and carry out rebalances. Never returns records.
+
+        Returns at once while the group is stable; while joining, blocks at most
+        ``timeout_ms``. The rebalance protocol, in order:
+
+        1. A rejoin is needed (a member came or went, we were thrown out, metadata
+           changed): if the listener holds an assignment, ``on_revoked()``.
+        2. Snapshot ``subscription()`` for the JoinGroup user data.
+        3. Join and sync (over as many ``poll`` calls as it takes).
+        4. Pause every assigned partition, then ``on_assigned(assignment)``.
+
+        Raises TaskMigrated/KafkaUnavailable/FatalError (see :func:`translate`),
+        UnsupportedVersion when the leader sent a format this worker cannot read, and
+        whatever the listener raises.
+        """
+        consumer = self._require()
+        coordinator = consumer._coordinator
+        try:
+            if coordinator.need_rejoin():
+                self._prepare_join()
+                coordinator.poll(timeout_ms=timeout_ms)
+            else:
+                coordinator.poll_heartbeat()
+        except kerrors.KafkaError as exc:
+            raise translate(exc) from exc
+        assignment = self._assignor.take()
+        if assignment is not None:
+            self._deliver(consumer, assignment)
+
+    def commit(self, offsets: Mapping[TP, int], timeout_ms: int | None = None) -> None:
+        """Synchronously commit next-offsets-to-consume, fenced by the current generation.
+
+        Raises TaskMigrated when the group moved on (rebalance under way, generation or
+        member unknown) and KafkaUnavailable on timeouts or no coordinator.
+        """
+        if not offsets:
+            return
+        consumer = self._require()
+        request = {
+            TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()
+        }
+        try:
+            consumer.commit(request, timeout_ms=timeout_ms)
+        except kerrors.KafkaError as exc:
+            raise translate(exc) from exc
+
+    def committed(
+        self, partitions: Iterable[TP], timeout_ms: int | None = None
+    ) -> dict[TP, int | None]:
+        """The group's committed offsets (None where nothing was committed), in one request.
+
+        Waits at most ``timeout_ms`` (default: the request timeout), then raises
+        KafkaUnavailable; kafka-python alone would retry forever without a timeout.
+        """
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        if not wanted:
+            return {}
+        consumer = self._require()
+        if timeout_ms is None:
+            timeout_ms = int(consumer.config["request_timeout_ms"])
+        try:
+            found = consumer._coordinator.fetch_committed_offsets(wanted, timeout_ms=timeout_ms)
+        except kerrors.KafkaError as exc:
+            raise translate(exc) from exc
+        result: dict[TP, int | None] = {}
+        for tp in wanted:
+            meta = found.get(tp)
+            result[(tp.topic, tp.partition)] = meta.offset if meta and meta.offset >= 0 else None
+        return result
+
+    def close(self, leave: bool = True) -> None:
+        """Stop the member; with ``leave`` send LeaveGroup so the rest rebalance at once.
+
+        Without ``leave`` the group notices only when the session times out (what a crash
+        looks like). The listener is not called: the runtime shuts its tasks down itself.
+        Idempotent; errors while closing are logged, not raised.
+        """
+        consumer, self._consumer = self._consumer, None
+        self._closed = True
+        if consumer is None:
+            return
+        try:
+            if leave:
+                consumer.close(autocommit=False, timeout_ms=self._settings.session_timeout_ms)
+            else:
+                _close_without_leaving(consumer)
+        except Exception as exc:  # closing must not mask the caller's error
+            self._log.warning("membership.close_failed", error=repr(exc))
+        self._log.info("membership.closed", left=leave)
+
+    def _prepare_join(self) -> None:
+        """Steps 1 and 2 of the protocol, once per rebalance."""
+        if self._joining:
+            return
+        if self._holding:
+            self._holding = False
+            self._log.info("membership.revoking", generation=self.generation)
+            self._listener.on_revoked()
+        self._assignor.set_subscription(self._subscription())
+        self._joining = True
+        self._log.info("membership.joining")
+
+    def _deliver(self, consumer: KafkaConsumer, assignment: Assignment) -> None:
+        """Step 4: make sure nothing is ever fetched, then hand the assignment over."""
+        consumer.pause(*consumer.assignment())
+        self._joining = False
+        self._holding = True
+        self._metrics.rebalances.inc()
+        self._log.info(
+            "membership.assigned",
+            generation=assignment.generation,
+            active=sorted(map(str, assignment.active)),
+            standby=len(assignment.standby),
+            warmup=len(assignment.warmup),
+        )
+        self._listener.on_assigned(assignment)
+
+    def _group_metadata(self) -> tuple[int, str]:
+        if self._consumer is None:
+            return -1, ""
+        meta = self._consumer.group_metadata()
+        return int(meta.generation_id), str(meta.member_id or "")
+
+    def _require(self) -> KafkaConsumer:
+        if self._consumer is None:
+            state = "closed" if self._closed else "not started"
+            raise FatalError(f"group member is {state}")
+        return self._consumer
+
+
+def _close_without_leaving(consumer: KafkaConsumer) -> None:
+    """Release sockets and the IO thread but send no LeaveGroup (kafka-python has no flag)."""
+    consumer._coordinator._close_heartbeat()
+    consumer._closed = True
+    consumer._client.close()
+
+
+_JOIN_INTERNALS = ("_join_task", "rejoining", "_do_join_and_sync_async", "_on_join_prepare_async")
+
+
+def _install_join_fix(coordinator: Any) -> None:
+    """Replace ``join_group_async`` on this coordinator with :func:`_join_group_async`.
+
+    Fails fast if kafka-python's internals no longer look like the 3.0 ones it copies.
+    """
+    missing = [name for name in _JOIN_INTERNALS if not hasattr(coordinator, name)]
+    if missing:
+        raise FatalError(f"unsupported kafka-python version: coordinator lacks {missing}")
+    coordinator.join_group_async = types.MethodType(_join_group_async, coordinator)
+
+
+async def _join_group_async(self: Any, timeout_ms: int | None = None) -> bool:
+    """kafka-python 3.0.12's ``BaseCoordinator.join_group_async`` with one fix.
+
+    Upstream starts a NEW JoinGroup whenever the cached join task ``is_done``, so a join
+    that completes while the caller is outside ``poll`` (our runtime does its work
+    between polls) is thrown away, and the member rejoins again and again: on the test
+    broker every round costs 3 s, and a member polled with a short timeout may never
+    converge. Here a finished task is awaited like a pending one, so its result is
+    used; only a failed task is replaced. Everything else is upstream's code.
+    """
+    timer = Timer(timeout_ms)
+    while self.need_rejoin():
+        if not await self.ensure_coordinator_ready_async(timeout_ms=timer.timeout_ms):
+            return False
+        if self._join_task is None:
+            if not self.rejoining:
+                await self._on_join_prepare_async(
+                    self._generation.generation_id,
+                    self._generation.member_id,
+                    timeout_ms=timer.timeout_ms,
+                )
+                self.rejoining = True
+                self._disable_heartbeat()
+            self._join_task = self._manager.call_soon(self._do_join_and_sync_async)
+        try:
+            assignment_bytes = await self._manager.wait_for(self._join_task, timer.timeout_ms)
+        except kerrors.KafkaTimeoutError:
+            if not self._join_task.is_done:
+                return False  # still in flight: the next poll awaits the same task
+            self._join_task = None  # the attempt itself timed out: retry now
+            continue
+        except (
+            kerrors.UnknownMemberIdError,
+            kerrors.RebalanceInProgressError,
+            kerrors.IllegalGenerationError,
+            kerrors.MemberIdRequiredError,
+        ):
+            self._join_task = None
+            continue
+        except kerrors.RetriableError:
+            self._join_task = None
+            if timer.expired:
+                return False
+            backoff_ms = self.config["retry_backoff_ms"]
+            if timer.timeout_ms is not None:
+                backoff_ms = min(backoff_ms, timer.timeout_ms)
+            if backoff_ms > 0:
+                await self._manager._net.sleep(backoff_ms / 1000)
+            continue
+        except BaseException:
+            self._join_task = None
+            raise
+        self._join_task = None
+        with self._lock:
+            self.rejoining = False
+            self.rejoin_needed = False
+            self.state = MemberState.STABLE
+            self._enable_heartbeat()
+        await self._on_join_complete_async(
+            self._generation.generation_id,
+            self._generation.member_id,
+            self._generation.protocol,
+            assignment_bytes,
+        )
+        return True
+    return True

@@ -1,0 +1,80 @@
+"""The topics a topology needs: source topics checked, changelogs created, co-partitioning verified.
+
+Runs once at start-up, before the worker joins the group, so a missing or mis-sized
+topic is a clear error instead of a task that never makes progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.errors import TopologyError
+from worker.kafka.clients import Admin, TopicSpec
+from worker.processing.topology import BuiltTopology
+
+CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLayout:
+    """Partition count per sub-topology (= its number of tasks)."""
+
+    partitions: dict[int, int]
+
+
+def prepare_topics(
+    admin: Admin, topology: BuiltTopology, application_id: str, create_internal: bool
+) -> TopicLayout:
+    """Check sources and sinks, create missing changelogs; return tasks per sub-topology.
+
+    Raises TopologyError naming the topic when a source or sink is missing, when the
+    sources of one sub-topology are not co-partitioned, or when an existing changelog has
+    a different partition count than its sub-topology.
+    """
+    sources = {t for st in topology.subtopologies for t in st.source_topics}
+    changelogs = {
+        topic: st.id
+        for st in topology.subtopologies
+        for spec in st.stores
+        if not spec.is_table
+        for topic in [spec.changelog(application_id)]
+    }
+    counts = admin.partition_counts(sources | topology.sink_topics() | set(changelogs))
+    missing = sorted(t for t in sources | topology.sink_topics() if t not in counts)
+    if missing:
+        raise TopologyError(f"topics do not exist: {', '.join(missing)} (create them first)")
+    layout: dict[int, int] = {}
+    for st in topology.subtopologies:
+        sizes = {topic: counts[topic] for topic in st.source_topics}
+        if len(set(sizes.values())) != 1:
+            detail = ", ".join(f"{t}={n}" for t, n in sorted(sizes.items()))
+            raise TopologyError(
+                f"sub-topology {st.id} reads topics that are not co-partitioned: {detail}"
+            )
+        layout[st.id] = next(iter(sizes.values()))
+    _ensure_changelogs(admin, changelogs, counts, layout, create_internal)
+    return TopicLayout(layout)
+
+
+def _ensure_changelogs(
+    admin: Admin,
+    changelogs: dict[str, int],
+    counts: dict[str, int],
+    layout: dict[int, int],
+    create_internal: bool,
+) -> None:
+    to_create: list[TopicSpec] = []
+    for topic, st_id in sorted(changelogs.items()):
+        want = layout[st_id]
+        if topic in counts:
+            if counts[topic] != want:
+                raise TopologyError(
+                    f"changelog {topic} has {counts[topic]} partitions, expected {want}"
+                )
+        elif not create_internal:
+            raise TopologyError(
+                f"changelog {topic} does not exist and internal.topics.create is false"
+            )
+        else:
+            to_create.append(TopicSpec(topic, want, CHANGELOG_CONFIG))
+    admin.create_topics(to_create)

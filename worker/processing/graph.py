@@ -1,0 +1,111 @@
+"""One task's instance of a sub-topology: source topic in, processors, stores, sinks out.
+
+Built once per task; the per-record path is a dict lookup by topic, two deserialisations
+and direct calls down the graph, with no allocation beyond what the user's code does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from worker.errors import TopologyError
+from worker.processing.context import Dispatch, KeyValueStore, ProcessorContext, RawStore
+from worker.processing.topology import ProcessorNode, SinkNode, SourceNode, Subtopology
+
+
+class RecordSink(Protocol):
+    """Where sink nodes write (the task's record collector)."""
+
+    def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None
+    ) -> None: ...
+
+
+class TaskGraph:
+    """Routes one input record through the sub-topology for a given task."""
+
+    def __init__(
+        self,
+        subtopology: Subtopology,
+        task_id: str,
+        stores: Mapping[str, RawStore],
+        sink: RecordSink,
+    ) -> None:
+        missing = {s.name for s in subtopology.stores} - set(stores)
+        if missing:
+            raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
+        self._raw = dict(stores)
+        views = {
+            spec.name: KeyValueStore(
+                spec.name, stores[spec.name], spec.key_serde, spec.value_serde, spec.is_table
+            )
+            for spec in subtopology.stores
+        }
+        self.context = ProcessorContext(task_id, views)
+        self._sources: dict[str, SourceNode] = {s.topic: s for s in subtopology.sources}
+        dispatch: dict[str, Dispatch] = {}
+        for proc in subtopology.processors:
+            dispatch[proc.name] = self._processor_dispatch(proc)
+        for sink_node in subtopology.sinks:
+            dispatch[sink_node.name] = self._sink_dispatch(sink_node, sink)
+        children = {
+            parent: tuple((name, dispatch[name]) for name in names)
+            for parent, names in subtopology.children.items()
+        }
+        allowed = {p.name: frozenset(p.stores) for p in subtopology.processors}
+        self.context.wire(allowed, children)
+        self._has_children = {s.name: s.name in children for s in subtopology.sources}
+
+    def _processor_dispatch(self, proc: ProcessorNode) -> Dispatch:
+        fn, ctx = proc.fn, self.context
+
+        def run(key: Any, value: Any) -> None:
+            fn(ctx, key, value)
+
+        return run
+
+    @staticmethod
+    def _sink_dispatch(node: SinkNode, sink: RecordSink) -> Dispatch:
+        topic, kser, vser, send = node.topic, node.key_serde, node.value_serde, sink.send
+
+        def write(key: Any, value: Any) -> None:
+            send(topic, kser.serialize(key), vser.serialize(value))
+
+        return write
+
+    def process(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any = None,
+    ) -> None:
+        """Run one input record. Raises SerdeError for undecodable bytes, or the user's error."""
+        source = self._sources[topic]
+        ctx = self.context
+        ctx.topic, ctx.partition, ctx.offset, ctx.timestamp, ctx.headers = (
+            topic,
+            partition,
+            offset,
+            timestamp,
+            headers,
+        )
+        if source.table_store is not None:
+            self._upsert(source, key, value)
+            if not self._has_children[source.name]:
+                return
+        ctx.enter(source.name)
+        ctx.forward(source.key_serde.deserialize(key), source.value_serde.deserialize(value))
+
+    def _upsert(self, source: SourceNode, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return  # a table cannot hold a null key; Kafka Streams drops these too
+        store = self._raw[source.table_store]  # type: ignore[index]
+        if value is None:
+            store.delete(key)
+        else:
+            store.put(key, value)

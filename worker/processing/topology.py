@@ -1,0 +1,260 @@
+"""The topology users build: sources, tables, stores, processors and sinks.
+
+It follows Kafka Streams' Processor API. A processor is a plain callable
+``fn(ctx, key, value)``; it reads and writes stores through ``ctx.store(name)`` and passes
+records on with ``ctx.forward``. ``build()`` splits the graph into sub-topologies (the
+connected components, where sharing a store also connects nodes); each sub-topology runs
+as one task per partition of its (co-partitioned) source topics, named
+``<subtopology>_<partition>``.
+
+A *table* is a store backed by a compacted topic that is both its source and its
+changelog: records on the topic upsert (or, with a null value, delete) the store, and
+no separate changelog is written. Spark batch jobs load tables by writing that topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from worker.errors import TopologyError
+from worker.serde import BYTES, Serde
+
+if TYPE_CHECKING:
+    from worker.processing.context import ProcessorContext
+
+ProcessorFn = Callable[["ProcessorContext", Any, Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceNode:
+    name: str
+    topic: str
+    key_serde: Serde
+    value_serde: Serde
+    table_store: str | None = None  # set for tables: the store this topic upserts
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorNode:
+    name: str
+    fn: ProcessorFn
+    parents: tuple[str, ...]
+    stores: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SinkNode:
+    name: str
+    topic: str
+    parents: tuple[str, ...]
+    key_serde: Serde
+    value_serde: Serde
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """A key-value store. ``changelog_topic`` is None until the application id is known."""
+
+    name: str
+    key_serde: Serde
+    value_serde: Serde
+    source_topic: str | None = None  # tables: the topic that is source and changelog
+
+    @property
+    def is_table(self) -> bool:
+        return self.source_topic is not None
+
+    def changelog(self, application_id: str) -> str:
+        """The topic holding this store's history: ``<app>-<store>-changelog`` or the table topic."""
+        return self.source_topic or f"{application_id}-{self.name}-changelog"
+
+
+@dataclass(frozen=True)
+class Subtopology:
+    """One connected part of the graph; runs as one task per partition."""
+
+    id: int
+    sources: tuple[SourceNode, ...]
+    processors: tuple[ProcessorNode, ...]
+    sinks: tuple[SinkNode, ...]
+    stores: tuple[StoreSpec, ...]
+    children: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def source_topics(self) -> tuple[str, ...]:
+        return tuple(s.topic for s in self.sources)
+
+    def changelog_topics(self, application_id: str) -> dict[str, str]:
+        """store name -> changelog topic."""
+        return {s.name: s.changelog(application_id) for s in self.stores}
+
+
+@dataclass(frozen=True)
+class BuiltTopology:
+    subtopologies: tuple[Subtopology, ...]
+
+    def source_topics_by_subtopology(self) -> dict[int, tuple[str, ...]]:
+        return {st.id: st.source_topics for st in self.subtopologies}
+
+    def sink_topics(self) -> set[str]:
+        return {sink.topic for st in self.subtopologies for sink in st.sinks}
+
+    def store(self, name: str) -> tuple[Subtopology, StoreSpec]:
+        for st in self.subtopologies:
+            for spec in st.stores:
+                if spec.name == name:
+                    return st, spec
+        raise KeyError(name)
+
+
+class Topology:
+    """Builder for a processing graph. Names are unique across every node and store."""
+
+    def __init__(self) -> None:
+        self._sources: dict[str, SourceNode] = {}
+        self._processors: dict[str, ProcessorNode] = {}
+        self._sinks: dict[str, SinkNode] = {}
+        self._stores: dict[str, StoreSpec] = {}
+        self._order: list[str] = []
+
+    def _claim(self, name: str) -> None:
+        if not name or name in self._order or name in self._stores:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        self._order.append(name)
+
+    def add_source(
+        self, name: str, topic: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+    ) -> Topology:
+        """A stream of records from ``topic``; its children see every record."""
+        self._check_topic_unused(topic)
+        self._claim(name)
+        self._sources[name] = SourceNode(name, topic, key_serde, value_serde)
+        return self
+
+    def add_table(
+        self, name: str, topic: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+    ) -> Topology:
+        """A table: store ``name`` kept equal to the latest value per key on ``topic``.
+
+        The topic should be compacted; it is also the store's changelog. Processors that
+        list ``name`` in their stores may read it; only the topic writes it.
+        """
+        self._check_topic_unused(topic)
+        self._claim(name)
+        self._stores[name] = StoreSpec(name, key_serde, value_serde, source_topic=topic)
+        self._sources[name] = SourceNode(name, topic, key_serde, value_serde, table_store=name)
+        return self
+
+    def add_store(
+        self, name: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+    ) -> Topology:
+        """A key-value store with its own changelog topic, for processors that list it."""
+        if name in self._stores or name in self._order:
+            raise TopologyError(f"name {name!r} is already used")
+        self._stores[name] = StoreSpec(name, key_serde, value_serde)
+        return self
+
+    def add_processor(
+        self, name: str, fn: ProcessorFn, parents: Sequence[str], stores: Sequence[str] = ()
+    ) -> Topology:
+        """``fn(ctx, key, value)`` runs for every record its parents forward."""
+        if not callable(fn):
+            raise TopologyError(f"processor {name!r}: fn is not callable")
+        self._check_parents(name, parents)
+        for store in stores:
+            if store not in self._stores:
+                raise TopologyError(f"processor {name!r} uses unknown store {store!r}")
+        self._claim(name)
+        self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores))
+        return self
+
+    def add_sink(
+        self,
+        name: str,
+        topic: str,
+        parents: Sequence[str],
+        key_serde: Serde = BYTES,
+        value_serde: Serde = BYTES,
+    ) -> Topology:
+        """Records forwarded to this node are written to ``topic``, partitioned by murmur2(key)."""
+        self._check_parents(name, parents)
+        self._claim(name)
+        self._sinks[name] = SinkNode(name, topic, tuple(parents), key_serde, value_serde)
+        return self
+
+    def _check_topic_unused(self, topic: str) -> None:
+        if any(s.topic == topic for s in self._sources.values()):
+            raise TopologyError(f"topic {topic!r} is already a source")
+
+    def _check_parents(self, name: str, parents: Sequence[str]) -> None:
+        if not parents:
+            raise TopologyError(f"{name!r} needs at least one parent")
+        for parent in parents:
+            if parent not in self._sources and parent not in self._processors:
+                raise TopologyError(f"{name!r}: unknown parent {parent!r}")
+
+    def build(self) -> BuiltTopology:
+        """Split into sub-topologies, numbered in the order their first node was added."""
+        if not self._sources:
+            raise TopologyError("a topology needs at least one source")
+        groups = _Components(self._order)
+        for node in (*self._processors.values(), *self._sinks.values()):
+            for parent in node.parents:
+                groups.union(node.name, parent)
+        for proc in self._processors.values():
+            for store in proc.stores:
+                groups.union(proc.name, f"store:{store}")
+        for source in self._sources.values():
+            if source.table_store:
+                groups.union(source.name, f"store:{source.table_store}")
+        return BuiltTopology(tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())))
+
+    def _subtopology(self, index: int, members: list[str]) -> Subtopology:
+        names = set(members)
+        sources = tuple(s for n, s in self._sources.items() if n in names)
+        if not sources:
+            raise TopologyError(f"nodes {sorted(names)} are not reachable from any source")
+        store_names = {m[len("store:") :] for m in members if m.startswith("store:")}
+        children: dict[str, list[str]] = {}
+        for node in (*self._processors.values(), *self._sinks.values()):
+            if node.name in names:
+                for parent in node.parents:
+                    children.setdefault(parent, []).append(node.name)
+        return Subtopology(
+            id=index,
+            sources=sources,
+            processors=tuple(p for n, p in self._processors.items() if n in names),
+            sinks=tuple(s for n, s in self._sinks.items() if n in names),
+            stores=tuple(s for n, s in self._stores.items() if n in store_names),
+            children={k: tuple(v) for k, v in children.items()},
+        )
+
+
+class _Components:
+    """Union-find over node names, keeping the insertion order of each group's first node."""
+
+    def __init__(self, order: list[str]) -> None:
+        self._order = list(order)
+        self._parent: dict[str, str] = {name: name for name in order}
+
+    def _find(self, name: str) -> str:
+        self._parent.setdefault(name, name)
+        while self._parent[name] != name:
+            self._parent[name] = self._parent[self._parent[name]]
+            name = self._parent[name]
+        return name
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self._find(a), self._find(b)
+        if ra != rb:
+            self._parent[rb] = ra
+
+    def groups(self) -> list[list[str]]:
+        by_root: dict[str, list[str]] = {}
+        for name in list(self._parent):
+            by_root.setdefault(self._find(name), []).append(name)
+        rank = {name: i for i, name in enumerate(self._order)}
+        ordered = sorted(by_root.values(), key=lambda g: min(rank.get(n, len(rank)) for n in g))
+        return [g for g in ordered if any(n in rank for n in g)]

@@ -1,0 +1,1 @@
+"""The worker process: composition root, lifecycle and the processing loop."""

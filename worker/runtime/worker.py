@@ -1,0 +1,209 @@
+"""The composition root: builds every part, starts them in order, runs the loop, stops them.
+
+Start order: state directory (process lock) -> HTTP -> topics -> Kafka clients -> task
+manager -> group membership -> loop. Stop runs in reverse, each step in ``finally`` so
+a failing step never leaves a lock or a group membership behind.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from worker.assignment.model import Assignment, Subscription
+from worker.clock import Clock, SystemClock
+from worker.config import Settings
+from worker.http.server import HttpServer
+from worker.kafka.clients import Admin, DataConsumer, RecordCollector, RestoreConsumer
+from worker.kafka.membership import GroupMember
+from worker.kafka.topics import prepare_topics
+from worker.observability import Metrics, get_logger
+from worker.processing.topology import BuiltTopology
+from worker.runtime.loop import ProcessingLoop
+from worker.runtime.status import Status, TaskStatus, WorkerState, WorkerStateMachine
+from worker.state.directory import StateDirectory
+from worker.state.restore import ChangelogReader
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.tasks.manager import TaskManager
+from worker.tasks.task import TaskContext
+
+
+class Worker:
+    """One worker process. ``run()`` blocks until stopped and returns the exit code."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        topology: BuiltTopology,
+        state_dir: Path | None = None,
+        metrics: Metrics | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topology = topology
+        self.metrics = metrics or Metrics()
+        self.clock = clock or SystemClock()
+        self._state_root = state_dir or settings.state_dir
+        self._stop = threading.Event()
+        self._log = get_logger(component="worker")
+        self._fsm = WorkerStateMachine(self._log, self.metrics)
+        self._status = Status(heartbeat=time.monotonic())
+        self.http: HttpServer | None = None
+        self._manager: TaskManager | None = None
+        self._assigned = False
+
+    # -- control from other threads (signal handlers) --------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def status(self) -> Status:
+        return self._status
+
+    def _publish(self) -> None:
+        tasks: tuple[TaskStatus, ...] = ()
+        if self._manager is not None:
+            tasks = tuple(
+                TaskStatus(str(t.id), t.role.value, t.state.value)
+                for t in self._manager.tasks.values()
+            )
+        self._status = Status(self._fsm.state, tasks, time.monotonic())
+
+    def _set_state(self, state: WorkerState) -> None:
+        self._fsm.transition(state)
+        self._publish()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start everything, process until asked to stop, stop everything. Raises on fatal errors."""
+        settings = self.settings
+        state_dir = StateDirectory(Path(self._state_root), settings.application_id)
+        state_dir.open()
+        try:
+            self._set_state(WorkerState.STARTING)
+            self.http = HttpServer(
+                settings.http_host, settings.http_port, self.metrics, self.status
+            )
+            self.http.start()
+            self._log.info(
+                "worker.starting",
+                process_id=state_dir.process_id,
+                http_port=self.http.port,
+                application_id=settings.application_id,
+            )
+            try:
+                return self._run_with_clients(state_dir)
+            finally:
+                self.http.stop()
+        finally:
+            state_dir.close()
+
+    def _run_with_clients(self, state_dir: StateDirectory) -> int:
+        settings = self.settings
+        prepare_topics(
+            Admin(settings), self.topology, settings.application_id, settings.internal_topics_create
+        )
+        collector = RecordCollector(settings)
+        consumer = DataConsumer(settings)
+        restore_consumer = RestoreConsumer(settings)
+        env = RocksDBEnv(settings.rocksdb_memory_bytes)
+        ctx = TaskContext(settings, state_dir, env, collector, self.metrics, self.clock)
+        reader = ChangelogReader(restore_consumer, self.metrics, settings.restore_batch_records)
+        listener = _Listener(self)
+        member = GroupMember(
+            settings,
+            self.topology.source_topics_by_subtopology(),
+            lambda: self._subscription(state_dir),
+            listener,
+            self.metrics,
+        )
+        manager = TaskManager(self.topology, ctx, reader, consumer, member)
+        manager.on_change = self._publish
+        self._manager = manager
+        loop = ProcessingLoop(
+            settings, manager, member, consumer, collector, self.clock, self._stop
+        )
+        loop.on_iteration = self._on_iteration
+        clean = False
+        try:
+            member.start()
+            self._set_state(WorkerState.REBALANCING)
+            loop.run()
+            self._set_state(WorkerState.PENDING_SHUTDOWN)
+            manager.commit()
+            clean = True
+        finally:
+            self._shutdown(manager, member, consumer, restore_consumer, collector, clean)
+        self._set_state(WorkerState.NOT_RUNNING)
+        return 0
+
+    def _shutdown(
+        self,
+        manager: TaskManager,
+        member: GroupMember,
+        consumer: DataConsumer,
+        restore_consumer: RestoreConsumer,
+        collector: RecordCollector,
+        clean: bool,
+    ) -> None:
+        try:
+            manager.close_all(clean=clean)
+        finally:
+            try:
+                member.close(leave=True)
+            finally:
+                collector.close()
+                consumer.close()
+                restore_consumer.close()
+                self._log.info("worker.stopped", clean=clean)
+
+    def _on_iteration(self) -> None:
+        manager = self._manager
+        if manager is None:
+            return
+        if self._fsm.state is WorkerState.RUNNING and manager.restoring():
+            self._set_state(WorkerState.REBALANCING)
+        elif (
+            self._fsm.state is WorkerState.REBALANCING and self._assigned and manager.all_running()
+        ):
+            self._set_state(WorkerState.RUNNING)
+        else:
+            self._status = Status(self._status.state, self._status.tasks, time.monotonic())
+
+    def _on_assigned(self, assignment: Assignment) -> None:
+        assert self._manager is not None
+        self._manager.on_assigned(assignment)
+        self._assigned = True
+
+    def _on_revoked(self) -> None:
+        assert self._manager is not None
+        if self._fsm.state is WorkerState.RUNNING:
+            self._set_state(WorkerState.REBALANCING)
+        self._manager.on_revoked()
+
+    def _subscription(self, state_dir: StateDirectory) -> Subscription:
+        manager = self._manager
+        sums = manager.offset_sums() if manager is not None else {}
+        active = frozenset(manager.tasks) if manager is not None else frozenset()
+        return Subscription(
+            process_id=state_dir.process_id,
+            endpoint=self.settings.endpoint(),
+            task_offset_sums=sums,
+            prev_active=active,
+            prev_standby=frozenset(),
+        )
+
+
+class _Listener:
+    """Adapts the group member's callbacks to the worker (both run on the loop thread)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def on_revoked(self) -> None:
+        self._worker._on_revoked()
+
+    def on_assigned(self, assignment: Assignment) -> None:
+        self._worker._on_assigned(assignment)

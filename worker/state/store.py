@@ -1,0 +1,446 @@
+"""One RocksDB key-value store: write buffer, atomic commit of data with changelog offsets.
+
+The only module (with ``rocksdb_env.py``) that imports rocksdict. Layout of one store::
+
+    default column family   user data, raw bytes keys and values
+    "offsets" family        b"<topic> <partition>" -> 8-byte big-endian signed offset
+                            b"format_version"      -> 8-byte big-endian version (1)
+
+Writes during processing go to an in-memory buffer; :meth:`Store.commit` writes the
+buffer and the new changelog offsets in ONE ``WriteBatch`` with one ``db.write``, so data
+and offsets can never disagree, whatever instant the process dies at (atomic
+checkpointing, KIP-1035 style). Offset keys contain a space and topic names cannot, so
+the format record can never collide with an offset.
+
+rocksdict errors are plain ``Exception`` objects carrying RocksDB's status text; they are
+classified in exactly one place, :func:`_translate`.
+
+Thread-safety: none. One owner thread (the task's) calls everything; interactive queries
+must be routed through that owner or serialised with it by the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import struct
+import weakref
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import NoReturn
+
+import rocksdict
+
+from worker.errors import FatalError, StateLocked, StoreCorrupted, WorkerError
+from worker.observability import get_logger
+from worker.state.rocksdb_env import RocksDBEnv
+
+FORMAT_VERSION = 1
+OFFSETS_FAMILY = "offsets"
+_FORMAT_KEY = b"format_version"
+_FLUSH_DIR = ".atomic-flush"  # scratch checkpoint used to flush both families at once
+_INT64 = struct.Struct(">q")
+_Records = Generator[tuple[bytes, bytes], None, None]
+
+_log = get_logger(component="store")
+
+
+class StoreError(FatalError):
+    """RocksDB failed in a way wiping the store would not fix (disk full, permissions,
+    misuse of the API). Fatal for the worker."""
+
+
+class StoreClosedError(WorkerError):
+    """The store was closed (task closed or migrated); an interactive query should retry
+    against the new owner."""
+
+
+def _translate(path: Path, exc: BaseException) -> BaseException:
+    """Map a rocksdict error onto the taxonomy; anything not from rocksdict passes through.
+
+    rocksdict raises bare ``Exception`` with RocksDB's status string, e.g.
+    ``"Corruption: Sst file size mismatch: ..."`` or ``"IO error: While lock file: ...``.
+    A file the database references but cannot find is corruption too (deleted SST or
+    MANIFEST), as is a column family we do not know (another format).
+    """
+    if isinstance(exc, rocksdict.DbClosedError):
+        return StoreClosedError(f"store {path} is closed")
+    if type(exc) is not Exception:
+        return exc
+    message = " ".join(str(exc).split())
+    if (
+        message.startswith("Corruption:")
+        or "No such file or directory" in message
+        or "Column families not opened" in message
+    ):
+        return StoreCorrupted(str(path), message)
+    if message.startswith("IO error") and "lock" in message.lower():
+        return StateLocked(f"store {path} is already open in this or another process: {message}")
+    if "already closed" in message:
+        return StoreClosedError(f"store {path} is closed")
+    return StoreError(f"store {path}: {message}")
+
+
+def _reraise(path: Path, exc: BaseException) -> NoReturn:
+    translated = _translate(path, exc)
+    if translated is exc:
+        raise exc
+    raise translated from exc
+
+
+@contextlib.contextmanager
+def _rocksdb_errors(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        _reraise(path, exc)
+
+
+class Store:
+    """A RocksDB store with a read-your-writes buffer and atomic (data, offsets) commits.
+
+    Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
+    is idempotent; every other method raises :class:`StoreClosedError` once closed.
+
+    WAL rule. :meth:`apply_restored` writes with the write-ahead log disabled (restore
+    speed), :meth:`commit` with it enabled. The two must never be interleaved unflushed:
+    after a crash RocksDB replays the WAL on top of the last flushed state, so a WAL-on
+    commit written after unflushed WAL-off restore batches would come back while the
+    restore batches it was built on were lost, and the store would hold offsets ahead of
+    its data. So the store remembers that WAL-off writes are unflushed and flushes the
+    memtables of BOTH column families, atomically, before the next WAL-on write (and on
+    close). rocksdict's ``Rdict.flush()`` flushes only the default family even with
+    ``atomic_flush`` (checked on 0.3.29 / RocksDB 9.8.4), so :meth:`flush` creates a
+    scratch RocksDB checkpoint instead: that path flushes all column families as one
+    atomic flush before hard-linking the files, and the scratch copy is deleted.
+    """
+
+    def __init__(
+        self, db: rocksdict.Rdict, path: Path, name: str, offsets: dict[tuple[str, int], int]
+    ) -> None:
+        """Use :meth:`open`."""
+        self.name = name
+        self.path = path
+        self._db: rocksdict.Rdict | None = db
+        self._offsets_family: rocksdict.ColumnFamily | None = db.get_column_family_handle(
+            OFFSETS_FAMILY
+        )
+        self._offsets = offsets
+        self._buffer: dict[bytes, bytes | None] = {}
+        self._pending_bytes = 0
+        self._unflushed_wal_off = False
+        self._iterators: weakref.WeakSet[_Records] = weakref.WeakSet()
+        self._wal_on = rocksdict.WriteOptions()
+        self._wal_off = rocksdict.WriteOptions()
+        # The stub declares a method; in 0.3.29 disable_wal is a property.
+        self._wal_off.disable_wal = True  # type: ignore[method-assign,assignment]
+
+    @classmethod
+    def open(cls, path: Path, env: RocksDBEnv, name: str) -> Store:
+        """Open (creating if missing) the store at ``path`` with the shared ``env``.
+
+        Raises:
+            StoreCorrupted: files unreadable or truncated (bad CURRENT, MANIFEST or SST,
+                missing files), an unknown format version, or a database whose format
+                record is gone (RocksDB silently opens a truncated MANIFEST as an EMPTY
+                database; the missing record is how that is caught).
+            StateLocked: the store is already open (this or another process).
+            StoreError: anything else (permissions, disk full).
+        """
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            existed = any(_is_db_file(p.name) for p in path.iterdir())
+            _remove_scratch(path)
+        except OSError as exc:
+            raise StoreError(f"store {path}: {exc}") from exc
+        families = {OFFSETS_FAMILY: env.offsets_options()}
+        with _rocksdb_errors(path):
+            db = rocksdict.Rdict(str(path), env.options(), column_families=families)
+        try:
+            offsets = _load_metadata(db, path, existed)
+            return cls(db, path, name, offsets)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                db.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        return self._db is None
+
+    def close(self) -> None:
+        """Drop the buffer, flush unflushed restore writes, close RocksDB. Idempotent.
+
+        Open iterators from :meth:`iter_committed` are closed first: each keeps the
+        database (and its LOCK file) alive, and a later reopen would fail.
+        """
+        db = self._db
+        if db is None:
+            return
+        self.discard_pending()
+        first_error: BaseException | None = None
+        try:
+            for iterator in list(self._iterators):
+                iterator.close()
+            if self._unflushed_wal_off:
+                self._atomic_flush(db)
+        except BaseException as exc:
+            first_error = exc
+        self._db = None
+        self._offsets_family = None
+        try:
+            with _rocksdb_errors(self.path):
+                db.close()
+        except Exception:
+            if first_error is None:
+                raise
+            _log.warning("store.close_failed", path=str(self.path), exc_info=True)
+        if first_error is not None:
+            raise first_error
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Buffer ``key = value`` until the next commit."""
+        if type(value) is not bytes:
+            raise TypeError(f"store values must be bytes, got {type(value).__name__}")
+        self._stage(key, value)
+
+    def delete(self, key: bytes) -> None:
+        """Buffer a delete of ``key`` until the next commit."""
+        self._stage(key, None)
+
+    def _stage(self, key: bytes, value: bytes | None) -> None:
+        if type(key) is not bytes:
+            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
+        self._require_open()
+        if key in self._buffer:
+            self._pending_bytes -= _entry_size(key, self._buffer[key])
+        self._buffer[key] = value
+        self._pending_bytes += _entry_size(key, value)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value as this task sees it: buffered writes first, then RocksDB."""
+        if key in self._buffer:
+            return self._buffer[key]
+        return self.get_committed(key)
+
+    def pending(self) -> Mapping[bytes, bytes | None]:
+        """Read-only live view of the buffer (``None`` = delete)."""
+        return MappingProxyType(self._buffer)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Approximate bytes buffered (keys + values), kept up to date in O(1) per write."""
+        return self._pending_bytes
+
+    def discard_pending(self) -> None:
+        """Forget every buffered write (dirty close, revive after a failed commit)."""
+        self._buffer.clear()
+        self._pending_bytes = 0
+
+    def committed_offsets(self) -> dict[tuple[str, int], int]:
+        """The changelog offsets stored with the data (a copy)."""
+        return dict(self._offsets)
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Atomically write the buffer and ``offsets`` (merged over the stored ones).
+
+        Steps: 1. nothing buffered and no offset changes -> return; 2. flush unflushed
+        WAL-off restore writes (see class docstring); 3. one WriteBatch holding every
+        buffered put/delete plus the changed offsets; 4. one ``db.write`` with the WAL on
+        (a process crash keeps it; after power loss RocksDB recovers an earlier commit,
+        never part of one); 5. clear the buffer and update the cached offsets.
+
+        If the write raises, nothing was written and the buffer is kept.
+        """
+        self._require_open()
+        changed = self._changed(offsets)
+        if not self._buffer and not changed:
+            return
+        if self._unflushed_wal_off:
+            self.flush()
+        self._write(self._buffer.items(), changed, self._wal_on)
+        self.discard_pending()
+
+    def apply_restored(
+        self, records: Sequence[tuple[bytes, bytes | None]], offsets: Mapping[tuple[str, int], int]
+    ) -> None:
+        """Apply one batch of changelog records (``None`` = delete) with their new offsets.
+
+        One WriteBatch, written with the WAL disabled; restore progress survives a crash
+        only once flushed (by RocksDB, :meth:`flush`, the next commit or close), and what
+        is lost is simply restored again, since data and offsets are lost together.
+
+        Raises:
+            StoreError: writes are buffered; restoring under them would reorder history.
+        """
+        self._require_open()
+        if self._buffer:
+            raise StoreError(
+                f"store {self.path}: {len(self._buffer)} uncommitted writes buffered during restore"
+            )
+        changed = self._changed(offsets)
+        if not records and not changed:
+            return
+        self._unflushed_wal_off = True  # set before writing, to err on the safe side
+        self._write(records, changed, self._wal_off)
+
+    def flush(self) -> None:
+        """Flush the memtables of both column families to disk in one atomic flush.
+
+        Needed before WAL-on writes follow WAL-off ones (done by :meth:`commit`), and worth
+        calling when a store goes quiet: the shared write buffer manager only flushes stores
+        that are being written, so an idle store keeps its memtable until flushed.
+        """
+        self._atomic_flush(self._require_open())
+
+    def _changed(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        for (topic, partition), offset in offsets.items():
+            if offset < 0 or " " in topic:
+                raise ValueError(f"invalid changelog offset {topic} {partition} {offset}")
+        return {tp: o for tp, o in offsets.items() if self._offsets.get(tp) != o}
+
+    def _write(
+        self,
+        records: Iterable[tuple[bytes, bytes | None]],
+        offsets: dict[tuple[str, int], int],
+        options: rocksdict.WriteOptions,
+    ) -> None:
+        """Write records and offsets as ONE batch, then remember the offsets."""
+        db = self._require_open()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in records:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        for (topic, partition), offset in offsets.items():
+            batch.put(f"{topic} {partition}".encode(), _INT64.pack(offset), self._offsets_family)
+        with _rocksdb_errors(self.path):
+            db.write(batch, options)
+        self._offsets.update(offsets)
+
+    def _atomic_flush(self, db: rocksdict.Rdict) -> None:
+        _remove_scratch(self.path)
+        try:
+            with _rocksdb_errors(self.path):
+                # log_size_for_flush=0 inside rocksdict: flush first, as one atomic flush
+                # of every column family because the options set atomic_flush.
+                rocksdict.Checkpoint(db).create_checkpoint(str(self.path / _FLUSH_DIR))
+        finally:
+            _remove_scratch(self.path)
+        self._unflushed_wal_off = False
+
+    def get_committed(self, key: bytes) -> bytes | None:
+        """The committed value, bypassing the buffer (interactive queries)."""
+        db = self._require_open()
+        try:
+            return db.get(key)  # type: ignore[no-any-return]
+        except Exception as exc:
+            _reraise(self.path, exc)
+
+    def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every committed (key, value) of the data family, in key order; never offsets.
+
+        Raises StoreCorrupted while iterating if a block is unreadable: rocksdict's own
+        ``items()`` silently ends early on a checksum error, so the iterator status is
+        checked at the end.
+        """
+        iterator = _scan(self._require_open(), self.path)
+        self._iterators.add(iterator)
+        return iterator
+
+    def approximate_num_keys(self) -> int:
+        """RocksDB's estimate of keys in the data family (for tools)."""
+        db = self._require_open()
+        with _rocksdb_errors(self.path):
+            return db.property_int_value("rocksdb.estimate-num-keys") or 0
+
+    def disk_size_bytes(self) -> int:
+        """Bytes of every file under the store's directory (works on a closed store too)."""
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    def _require_open(self) -> rocksdict.Rdict:
+        if self._db is None:
+            raise StoreClosedError(f"store {self.path} is closed")
+        return self._db
+
+
+def _entry_size(key: bytes, value: bytes | None) -> int:
+    return len(key) + (len(value) if value is not None else 0)
+
+
+def _remove_scratch(path: Path) -> None:
+    """Delete the scratch checkpoint, and RocksDB's staging copy a crash may have left."""
+    for name in (_FLUSH_DIR, _FLUSH_DIR + ".tmp"):
+        shutil.rmtree(path / name, ignore_errors=True)
+
+
+def _scan(db: rocksdict.Rdict, path: Path) -> _Records:
+    """Iterate a family, checking the cursor status at the end (see ``iter_committed``)."""
+    cursor = None
+    try:
+        cursor = db.iter()
+        cursor.seek_to_first()
+        while cursor.valid():
+            yield cursor.key(), cursor.value()
+            cursor.next()
+        cursor.status()
+    except Exception as exc:
+        _reraise(path, exc)
+    finally:
+        del cursor  # releases the database reference the cursor holds
+
+
+def _load_metadata(db: rocksdict.Rdict, path: Path, existed: bool) -> dict[tuple[str, int], int]:
+    """Read the offsets family; check (or, for a new store, write) the format record."""
+    with _rocksdb_errors(path):
+        # Dropping this family handle flushes that family alone: harmless here, since
+        # nothing has been written without the WAL yet.
+        entries = list(_scan(db.get_column_family(OFFSETS_FAMILY), path))
+    version, offsets = _decode_metadata(path, entries)
+    if version is None:
+        if existed:
+            raise StoreCorrupted(
+                str(path), "format record missing: files lost or MANIFEST truncated"
+            )
+        _write_format_record(db, path)
+    elif version != FORMAT_VERSION:
+        raise StoreCorrupted(str(path), f"unknown format version {version}")
+    return offsets
+
+
+def _is_db_file(name: str) -> bool:
+    """A file RocksDB leaves in a database directory (so the store existed before)."""
+    return name.startswith(("CURRENT", "IDENTITY", "MANIFEST-")) or name.endswith((".sst", ".log"))
+
+
+def _decode_metadata(
+    path: Path, entries: list[tuple[bytes, bytes]]
+) -> tuple[int | None, dict[tuple[str, int], int]]:
+    version: int | None = None
+    offsets: dict[tuple[str, int], int] = {}
+    for key, value in entries:
+        try:
+            number = _INT64.unpack(value)[0]
+            if key == _FORMAT_KEY:
+                version = number
+                continue
+            topic, partition = key.decode().split(" ")
+            offsets[(topic, int(partition))] = number
+        except (struct.error, ValueError, UnicodeDecodeError):
+            raise StoreCorrupted(str(path), f"unreadable offsets record {key!r}") from None
+    return version, offsets
+
+
+def _write_format_record(db: rocksdict.Rdict, path: Path) -> None:
+    # Synced: a crash right after creation must not leave a store that looks truncated.
+    options = rocksdict.WriteOptions()
+    options.sync = True
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    with _rocksdb_errors(path):
+        family = db.get_column_family_handle(OFFSETS_FAMILY)
+        batch.put(_FORMAT_KEY, _INT64.pack(FORMAT_VERSION), family)
+        db.write(batch, options)
+        del family
+    _log.info("store.created", path=str(path))

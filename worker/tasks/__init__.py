@@ -1,0 +1,1 @@
+"""Tasks: their lifecycle, their stores, and applying an assignment to them."""

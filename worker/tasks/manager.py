@@ -1,0 +1,240 @@
+"""Applies assignments to tasks and runs the commit protocol across them.
+
+Single-threaded: everything here runs on the processing thread, including the group
+member's rebalance callbacks (kafka-python fires them inside ``poll``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from worker.assignment.model import Assignment
+from worker.assignment.task_id import TaskId
+from worker.errors import TaskCorrupted
+from worker.kafka.clients import DataConsumer
+from worker.observability import get_logger
+from worker.processing.topology import BuiltTopology, Subtopology
+from worker.state.checkpoint import CheckpointError, read_checkpoint
+from worker.state.restore import ChangelogReader
+from worker.tasks.state import TaskRole, TaskState
+from worker.tasks.task import Task, TaskContext
+
+TP = tuple[str, int]
+# Kafka Streams' sentinel for "running active, caught up by definition".
+RUNNING_ACTIVE = -2
+
+
+class OffsetCommitter:
+    """The group member's view the manager needs (narrow, so tests can fake it)."""
+
+    def commit(self, offsets: Mapping[TP, int]) -> None: ...  # pragma: no cover
+
+    def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]: ...  # pragma: no cover
+
+
+class TaskManager:
+    """Owns every task of this worker: create, restore, process, commit, suspend, close."""
+
+    def __init__(
+        self,
+        topology: BuiltTopology,
+        ctx: TaskContext,
+        reader: ChangelogReader,
+        consumer: DataConsumer,
+        committer: OffsetCommitter,
+    ) -> None:
+        self._subtopologies: dict[int, Subtopology] = {st.id: st for st in topology.subtopologies}
+        self._ctx = ctx
+        self._reader = reader
+        self._consumer = consumer
+        self._committer = committer
+        self.tasks: dict[TaskId, Task] = {}
+        self._route: dict[TP, Task] = {}
+        self._was_running: set[TaskId] = set()
+        self._log = get_logger(component="task_manager")
+        self.on_change: Callable[[], None] = lambda: None
+
+    # -- assignment ------------------------------------------------------------------
+
+    def on_revoked(self) -> None:
+        """Eager rebalance: commit everything, then suspend every task (state stays open)."""
+        self.commit()
+        self._was_running = {tid for tid, t in self.tasks.items() if t.state is TaskState.RUNNING}
+        for task in self.tasks.values():
+            if task.state in (TaskState.RUNNING, TaskState.RESTORING):
+                self._stop_inputs(task)
+                task.transition(TaskState.SUSPENDED, "revoked")
+        self.on_change()
+
+    def on_assigned(self, assignment: Assignment) -> None:
+        """Close tasks we lost, resume the ones we kept, create and restore the new ones."""
+        wanted = set(assignment.active)
+        for task_id in sorted(set(self.tasks) - wanted):
+            self._close(self.tasks.pop(task_id), clean=True)
+        for task_id in sorted(wanted):
+            task = self.tasks.get(task_id)
+            if task is None:
+                self._create(task_id)
+            elif task.state is TaskState.SUSPENDED:
+                self._resume(task)
+        self._ctx.metrics.tasks.labels(kind="active").set(len(self.tasks))
+        self._log.info(
+            "assignment.applied",
+            generation=assignment.generation,
+            active=sorted(map(str, wanted)),
+        )
+        self.on_change()
+
+    def _create(self, task_id: TaskId) -> None:
+        subtopology = self._subtopologies.get(task_id.subtopology)
+        if subtopology is None:
+            self._log.error("assignment.unknown_subtopology", task_id=str(task_id))
+            return
+        task = Task(task_id, TaskRole.ACTIVE, subtopology, self._ctx)
+        try:
+            task.open()
+        except TaskCorrupted as exc:
+            task.transition(TaskState.CORRUPTED, exc.reason)
+            task.wipe("corrupted_at_open")
+        self.tasks[task_id] = task
+        self._restore(task)
+
+    def _restore(self, task: Task) -> None:
+        task.transition(TaskState.RESTORING)
+        self._reader.register(task)
+
+    def _resume(self, task: Task) -> None:
+        if task.id in self._was_running:
+            task.transition(TaskState.RUNNING, "resumed")
+            self._start_inputs(task)
+        else:
+            self._restore(task)
+
+    def _close(self, task: Task, clean: bool) -> None:
+        self._stop_inputs(task)
+        try:
+            task.close(clean)
+        except Exception:
+            self._log.exception("task.close_failed", task_id=str(task.id))
+
+    def _stop_inputs(self, task: Task) -> None:
+        self._reader.unregister(task)
+        self._consumer.remove(task.source_partitions)
+        for tp in task.source_partitions:
+            self._route.pop(tp, None)
+
+    def _start_inputs(self, task: Task) -> None:
+        committed = self._committer.committed(task.source_partitions)
+        self._consumer.add(task.start_positions(committed))
+        for tp in task.source_partitions:
+            self._route[tp] = task
+
+    # -- restore and processing ------------------------------------------------------
+
+    def restoring(self) -> bool:
+        return self._reader.restoring()
+
+    def restore_step(self, timeout: float) -> None:
+        finished = self._reader.step(timeout)
+        for task in finished:
+            task.transition(TaskState.RUNNING, "restored")
+            self._start_inputs(task)
+        if finished:
+            self.on_change()
+
+    def process(self, messages: list[Any]) -> int:
+        """Route each record to its task. Returns how many were processed."""
+        route = self._route
+        processed = 0
+        for msg in messages:
+            task = route.get((msg.topic(), msg.partition()))
+            if task is not None:  # records of a just-revoked partition are dropped
+                task.process(msg)
+                processed += 1
+        if processed:
+            self._ctx.metrics.processed_records.inc(processed)
+        return processed
+
+    def pending_bytes(self) -> int:
+        return sum(t.pending_bytes for t in self.tasks.values())
+
+    def all_running(self) -> bool:
+        return all(t.state is TaskState.RUNNING for t in self.tasks.values())
+
+    # -- commit ----------------------------------------------------------------------
+
+    def commit(self) -> bool:
+        """The at-least-once commit protocol (architecture.md), in order:
+
+        1. produce every running task's buffered store changes to its changelogs;
+        2. flush the producer: every changelog and output record acknowledged;
+        3. write each store's buffer with its acked changelog offset in one batch;
+        4. commit the source offsets through the group member (fenced by generation);
+        5. rewrite ``.checkpoint`` files whose interval has passed.
+
+        A crash before 3 leaves the stores at the previous commit (the changelog tail is
+        restored on restart); a crash between 3 and 4 reprocesses some input (at least
+        once). Returns False when there was nothing to commit.
+        """
+        running = [t for t in self.tasks.values() if t.state is TaskState.RUNNING]
+        if not any(t.needs_commit() for t in running):
+            return False
+        metrics = self._ctx.metrics
+        with metrics.commit_seconds.time():
+            for task in running:
+                task.produce_changelogs()
+            self._ctx.collector.flush(timeout=30.0)
+            acked = self._ctx.collector.acked
+            offsets: dict[TP, int] = {}
+            for task in running:
+                task.commit_stores(acked)
+                offsets.update(task.source_offsets_to_commit())
+            if offsets:
+                self._committer.commit(offsets)
+            for task in running:
+                task.mark_sources_committed(offsets)
+                task.maybe_write_checkpoint()
+        metrics.commits.inc()
+        return True
+
+    def close_all(self, clean: bool) -> None:
+        """Close every task (clean: after a final commit; checkpoints written)."""
+        for task_id in sorted(self.tasks):
+            self._close(self.tasks.pop(task_id), clean)
+        self._ctx.metrics.tasks.labels(kind="active").set(0)
+
+    def drop_all_dirty(self) -> None:
+        """After losing group ownership: discard uncommitted work and close every task."""
+        for task in self.tasks.values():
+            task.discard_uncommitted()
+        self.close_all(clean=False)
+
+    # -- what this instance reports when it joins ------------------------------------
+
+    def offset_sums(self) -> dict[TaskId, int]:
+        """Per task, the sum of locally stored changelog offsets (-2: running active).
+
+        Open tasks report from their stores; task directories nobody has open report from
+        their ``.checkpoint`` (reading it needs no store to be opened).
+        """
+        sums: dict[TaskId, int] = {}
+        for task_id, task in self.tasks.items():
+            if task.state is TaskState.RUNNING:
+                sums[task_id] = RUNNING_ACTIVE
+            else:
+                sums[task_id] = sum(
+                    off
+                    for store in task.stores.values()
+                    for off in store.committed_offsets().values()
+                )
+        state_dir = self._ctx.state_dir
+        for task_id in state_dir.list_non_empty_task_ids():
+            if task_id not in sums:
+                try:
+                    offsets = read_checkpoint(state_dir.checkpoint_path(task_id))
+                except CheckpointError:
+                    continue
+                if offsets:
+                    sums[task_id] = sum(offsets.values())
+        return sums

@@ -1,0 +1,248 @@
+"""One task: its stores, its source partitions, its role and its lifecycle.
+
+A task owns its directory lock and its open stores from ``open()`` until ``close()``.
+Processing writes go to the stores' write buffers; the commit protocol (run by the task
+manager across all tasks) produces the buffered changes to the changelogs, waits for the
+acks, then writes each store's buffer with its new changelog offset in one atomic batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from worker.assignment.task_id import TaskId
+from worker.clock import Clock
+from worker.config import Settings
+from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
+from worker.kafka.clients import RecordCollector
+from worker.observability import Metrics, get_logger
+from worker.processing.graph import TaskGraph
+from worker.processing.topology import StoreSpec, Subtopology
+from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from worker.state.directory import StateDirectory
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
+from worker.tasks.state import TaskRole, TaskState, TaskStateMachine
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task of one worker shares (created once by the worker)."""
+
+    settings: Settings
+    state_dir: StateDirectory
+    env: RocksDBEnv
+    collector: RecordCollector
+    metrics: Metrics
+    clock: Clock
+
+
+class Task:
+    """A task of any role; only actives process records and write changelogs."""
+
+    def __init__(
+        self, task_id: TaskId, role: TaskRole, subtopology: Subtopology, ctx: TaskContext
+    ) -> None:
+        self.id = task_id
+        self.role = role
+        self.subtopology = subtopology
+        self._ctx = ctx
+        self.log = get_logger(task_id=str(task_id), role=role.value)
+        self._fsm = TaskStateMachine(self.log, ctx.metrics)
+        self.stores: dict[str, Store] = {}
+        self._specs: dict[str, StoreSpec] = {s.name: s for s in subtopology.stores}
+        app = ctx.settings.application_id
+        self.changelogs: dict[str, TP] = {
+            s.name: (s.changelog(app), task_id.partition) for s in subtopology.stores
+        }
+        self.source_partitions: tuple[TP, ...] = tuple(
+            (topic, task_id.partition) for topic in subtopology.source_topics
+        )
+        self._consumed: dict[TP, int] = {}
+        self._committed_sources: dict[TP, int] = {}
+        self._graph: TaskGraph | None = None
+        self._last_checkpoint = ctx.clock.monotonic()
+
+    @property
+    def state(self) -> TaskState:
+        return self._fsm.state
+
+    def transition(self, target: TaskState, reason: str = "") -> None:
+        self._fsm.transition(target, reason)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Lock the task directory and open every store.
+
+        Raises StateLocked if another owner holds the directory and TaskCorrupted if a
+        store cannot be read (the caller wipes and reopens).
+        """
+        state_dir = self._ctx.state_dir
+        if not state_dir.lock_task(self.id, self):
+            raise StateLocked(f"task directory {self.id} is locked by another owner")
+        try:
+            for spec in self.subtopology.stores:
+                path = state_dir.store_path(self.id, spec.name)
+                self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
+            self._migrate_checkpoint()
+        except StoreCorrupted as exc:
+            self._close_stores()
+            raise TaskCorrupted([self.id], exc.reason) from exc
+        if self.role is TaskRole.ACTIVE:
+            self._graph = TaskGraph(
+                self.subtopology, str(self.id), self.stores, self._ctx.collector
+            )
+
+    def _migrate_checkpoint(self) -> None:
+        """Offsets found only in an old ``.checkpoint`` move into stores that have none."""
+        path = self._ctx.state_dir.checkpoint_path(self.id)
+        try:
+            legacy = read_checkpoint(path)
+        except CheckpointError as exc:
+            self.log.warning("checkpoint.unreadable", error=str(exc))
+            return
+        for name, tp in self.changelogs.items():
+            store = self.stores[name]
+            if tp in legacy and tp not in store.committed_offsets():
+                store.commit({tp: legacy[tp]})
+                self.log.info("checkpoint.migrated", store=name, offset=legacy[tp])
+
+    def wipe(self, reason: str) -> None:
+        """Delete this task's local state and reopen empty stores (state must be CORRUPTED)."""
+        self._close_stores()
+        self._ctx.state_dir.wipe_task(self.id, self)
+        self._ctx.metrics.state_wipes.labels(reason=reason).inc()
+        self.log.warning("task.wiped", reason=reason)
+        self.transition(TaskState.WIPED, reason)
+        for spec in self.subtopology.stores:
+            path = self._ctx.state_dir.store_path(self.id, spec.name)
+            self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
+        if self._graph is not None:
+            self._graph = TaskGraph(
+                self.subtopology, str(self.id), self.stores, self._ctx.collector
+            )
+
+    def close(self, clean: bool) -> None:
+        """Release stores and the directory lock. Idempotent.
+
+        A clean close writes the ``.checkpoint``; the caller has already committed. A dirty
+        close drops uncommitted writes, which the changelog and reprocessing restore.
+        """
+        if self.state is TaskState.CLOSED:
+            return
+        try:
+            if clean and self.stores:
+                self.write_checkpoint()
+        finally:
+            self._close_stores()
+            self._ctx.state_dir.unlock_task(self.id, self)
+            self.transition(TaskState.CLOSED, "clean" if clean else "dirty")
+
+    def _close_stores(self) -> None:
+        stores, self.stores = self.stores, {}
+        for store in stores.values():
+            store.close()
+
+    # -- restore ---------------------------------------------------------------------
+
+    def restore_positions(self) -> dict[TP, int | None]:
+        """Where each changelog's restore starts: the record after the stored offset."""
+        positions: dict[TP, int | None] = {}
+        for name, tp in self.changelogs.items():
+            stored = self.stores[name].committed_offsets().get(tp)
+            positions[tp] = None if stored is None else stored + 1
+        return positions
+
+    def store_for_changelog(self) -> dict[TP, Store]:
+        return {tp: self.stores[name] for name, tp in self.changelogs.items()}
+
+    # -- processing ------------------------------------------------------------------
+
+    def process(self, msg: Any) -> None:
+        """Run one source record through the graph (actives only)."""
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        self._graph.process(  # type: ignore[union-attr]
+            topic, partition, offset, msg.timestamp()[1], msg.key(), msg.value(), msg.headers()
+        )
+        self._consumed[(topic, partition)] = offset
+
+    def start_positions(self, committed: Mapping[TP, int | None]) -> dict[TP, int | None]:
+        """Where processing resumes: the group's committed offset of each source partition."""
+        positions = {tp: committed.get(tp) for tp in self.source_partitions}
+        self._committed_sources = {tp: off for tp, off in positions.items() if off is not None}
+        return positions
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(store.pending_bytes for store in self.stores.values())
+
+    def needs_commit(self) -> bool:
+        return bool(self.source_offsets_to_commit()) or any(
+            store.pending() for store in self.stores.values()
+        )
+
+    # -- commit protocol steps (called by the task manager, in order) ----------------
+
+    def produce_changelogs(self) -> int:
+        """Step 1: send every buffered change of every logged store to its changelog."""
+        sent = 0
+        send = self._ctx.collector.send_changelog
+        for name, store in self.stores.items():
+            if self._specs[name].is_table:
+                continue
+            topic, partition = self.changelogs[name]
+            for key, value in store.pending().items():
+                send(topic, partition, key, value)
+            sent += len(store.pending())
+        return sent
+
+    def commit_stores(self, acked: Mapping[TP, int]) -> None:
+        """Step 3: each store's buffer plus its new changelog offset, one atomic batch."""
+        for name, store in self.stores.items():
+            tp = self.changelogs[name]
+            # A table's changelog is its source topic: its offset is what we consumed.
+            offset = self._consumed.get(tp) if self._specs[name].is_table else acked.get(tp)
+            store.commit({tp: offset} if offset is not None else {})
+
+    def source_offsets_to_commit(self) -> dict[TP, int]:
+        """Step 4 input: next offset to consume for every source partition that moved."""
+        return {
+            tp: off + 1
+            for tp, off in self._consumed.items()
+            if off + 1 > self._committed_sources.get(tp, -1)
+        }
+
+    def mark_sources_committed(self, offsets: Mapping[TP, int]) -> None:
+        self._committed_sources.update(offsets)
+
+    def maybe_write_checkpoint(self) -> None:
+        """Step 5: rewrite ``.checkpoint`` when ``statestore.checkpoint.interval.ms`` passed."""
+        interval = self._ctx.settings.statestore_checkpoint_interval_ms / 1000.0
+        if self._ctx.clock.monotonic() - self._last_checkpoint >= interval:
+            self.write_checkpoint()
+
+    def write_checkpoint(self) -> None:
+        """Flush the stores' memtables, then record their offsets in ``.checkpoint``.
+
+        Flushing here also keeps memory bounded: the shared write-buffer manager only
+        flushes the store being written, so a store that went quiet would otherwise hold
+        its memtable indefinitely.
+        """
+        offsets: dict[TP, int] = {}
+        for store in self.stores.values():
+            store.flush()
+            offsets.update(store.committed_offsets())
+        write_checkpoint(self._ctx.state_dir.checkpoint_path(self.id), offsets)
+        self._last_checkpoint = self._ctx.clock.monotonic()
+        self._ctx.metrics.checkpoint_writes.inc()
+
+    def discard_uncommitted(self) -> None:
+        """Drop buffered writes and the consumed positions since the last commit."""
+        for store in self.stores.values():
+            store.discard_pending()
+        self._consumed.clear()
