@@ -49,8 +49,10 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
     w.wait_ready(90)
     data.produce(30000)
     wait_until(
-        lambda: w.metric("worker_processed_records_total") > 8000
-        and w.metric("worker_commits_total") >= 3,
+        lambda: (
+            w.metric("worker_processed_records_total") > 8000
+            and w.metric("worker_commits_total") >= 3
+        ),
         60,
         message="processing well under way",
     )

@@ -18,18 +18,21 @@ def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_
     a = worker_factory("a", settings=settings)
     b = worker_factory("b", settings=settings)
     wait_until(
-        lambda: a.ready()
-        and b.ready()
-        and a.metric("worker_tasks", kind="active") == 2
-        and b.metric("worker_tasks", kind="active") == 2,
+        lambda: (
+            a.ready()
+            and b.ready()
+            and a.metric("worker_tasks", kind="active") == 2
+            and b.metric("worker_tasks", kind="active") == 2
+        ),
         timeout=90,
         message="both workers ready with two of the four tasks each",
     )
     data.produce(4000)
     wait_until(
-        lambda: a.metric("worker_processed_records_total")
-        + b.metric("worker_processed_records_total")
-        >= len(data.stream),
+        lambda: (
+            a.metric("worker_processed_records_total") + b.metric("worker_processed_records_total")
+            >= len(data.stream)
+        ),
         timeout=90,
         message="every payment processed",
     )

@@ -6,6 +6,7 @@ test thread inside ``wait_until``. Joins on the test broker take ~3 s per round.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
@@ -112,14 +113,30 @@ def group(bootstrap: str, source_topics: dict[int, list[str]]) -> Iterator[Group
 
 
 def drive(members: Sequence[GroupMember], done: Callable[[], object], message: str) -> None:
-    """Poll every member (short timeouts, as the runtime does) until ``done()`` holds."""
+    """Poll every member from its own thread, as separate worker processes would, until
+    ``done()`` holds. (A join blocks inside ``poll``; one thread cannot drive two members.)"""
+    stop = threading.Event()
+    errors: list[BaseException] = []
 
-    def step() -> object:
-        for member in members:
-            member.poll(20)
-        return done()
+    def run(member: GroupMember) -> None:
+        try:
+            while not stop.is_set():
+                member.poll(20)
+                stop.wait(0.02)
+        except BaseException as exc:  # surfaced to the test below
+            errors.append(exc)
 
-    wait_until(step, JOIN_TIMEOUT, interval=0.05, message=message)
+    threads = [threading.Thread(target=run, args=(m,), daemon=True) for m in members]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: errors or done(), JOIN_TIMEOUT, interval=0.05, message=message)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(JOIN_TIMEOUT)
+    if errors:
+        raise errors[0]
 
 
 def settled(pairs: Sequence[tuple[GroupMember, Recorder]]) -> bool:

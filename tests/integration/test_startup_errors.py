@@ -47,7 +47,9 @@ def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_a_bad_config_value_exits_2_naming_the_key(tmp_path):
-    result = _run(["start", "--state-dir", str(tmp_path), "--set", "commit.interval.ms=0"], tmp_path)
+    result = _run(
+        ["start", "--state-dir", str(tmp_path), "--set", "commit.interval.ms=0"], tmp_path
+    )
     assert result.returncode == 2
     (line,) = _error_lines(result)
     assert "commit.interval.ms" in line

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -165,16 +165,16 @@ class RestoreConsumer(_PositionedConsumer):
         eof = ck.KafkaError._PARTITION_EOF
         for msg in self._consumer.consume(max_records, timeout):
             err = msg.error()
+            tp = cast(TP, (msg.topic(), msg.partition()))
             if err is not None:
                 if err.code() == eof:
-                    batch.end_offsets[(msg.topic(), msg.partition())] = msg.offset()
+                    batch.end_offsets[tp] = cast(int, msg.offset())
                     continue
                 _raise_for(err, "changelog fetch")
-            tp = (msg.topic(), msg.partition())
             bucket = batch.records.get(tp)
             if bucket is None:
                 bucket = batch.records[tp] = []
-            bucket.append((msg.offset(), msg.key(), msg.value()))
+            bucket.append((cast(int, msg.offset()), msg.key(), msg.value()))
         return batch
 
 

@@ -18,14 +18,12 @@ fetches; kafka-python is pinned to 3.x in pyproject.toml.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import kafka.errors as kerrors
 from kafka import KafkaConsumer
-from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
-from kafka.util import Timer
+from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment import planner
 from worker.assignment.model import Assignment, Subscription
@@ -150,6 +148,8 @@ class GroupMember:
         self._holding = False  # the listener holds an assignment it has not given back
         self._joining = False  # on_revoked ran and the subscription is sent; join under way
         self._closed = False
+        # The broker's rebalance timeout is max.poll.interval.ms; a join never takes longer.
+        self._join_timeout_ms = settings.max_poll_interval_ms + settings.session_timeout_ms
 
     def start(self) -> None:
         """Connect and subscribe with our assignor (eager); the join happens in ``poll``.
@@ -165,7 +165,6 @@ class GroupMember:
             )
         except kerrors.KafkaError as exc:
             raise translate(exc) from exc
-        _install_join_fix(consumer._coordinator)
         consumer.subscribe(topics=self._topics)
         self._consumer = consumer
         self._log.info("membership.started", topics=self._topics)
@@ -190,8 +189,13 @@ class GroupMember:
     def poll(self, timeout_ms: int) -> None:
         """Keep the membership alive and carry out rebalances. Never returns records.
 
-        Returns at once while the group is stable; while joining, blocks at most
-        ``timeout_ms``. The rebalance protocol, in order:
+        Returns at once while the group is stable. While joining it blocks until the
+        join completes (at most the rebalance timeout, ``max.poll.interval.ms``), even
+        when ``timeout_ms`` is shorter: kafka-python 3.0 discards a JoinGroup result
+        that arrives while nobody is inside ``poll`` and starts the join over, so a
+        loop that polls with short timeouts may never finish a rebalance. Blocking
+        costs nothing here: under the eager protocol every task is suspended until the
+        new assignment arrives. The rebalance protocol, in order:
 
         1. A rejoin is needed (a member came or went, we were thrown out, metadata
            changed): if the listener holds an assignment, ``on_revoked()``.
@@ -208,7 +212,7 @@ class GroupMember:
         try:
             if coordinator.need_rejoin():
                 self._prepare_join()
-                coordinator.poll(timeout_ms=timeout_ms)
+                coordinator.poll(timeout_ms=max(timeout_ms, self._join_timeout_ms))
             else:
                 coordinator.poll_heartbeat()
         except kerrors.KafkaError as exc:
@@ -323,85 +327,3 @@ def _close_without_leaving(consumer: KafkaConsumer) -> None:
     consumer._coordinator._close_heartbeat()
     consumer._closed = True
     consumer._client.close()
-
-
-_JOIN_INTERNALS = ("_join_task", "rejoining", "_do_join_and_sync_async", "_on_join_prepare_async")
-
-
-def _install_join_fix(coordinator: Any) -> None:
-    """Replace ``join_group_async`` on this coordinator with :func:`_join_group_async`.
-
-    Fails fast if kafka-python's internals no longer look like the 3.0 ones it copies.
-    """
-    missing = [name for name in _JOIN_INTERNALS if not hasattr(coordinator, name)]
-    if missing:
-        raise FatalError(f"unsupported kafka-python version: coordinator lacks {missing}")
-    coordinator.join_group_async = types.MethodType(_join_group_async, coordinator)
-
-
-async def _join_group_async(self: Any, timeout_ms: int | None = None) -> bool:
-    """kafka-python 3.0.12's ``BaseCoordinator.join_group_async`` with one fix.
-
-    Upstream starts a NEW JoinGroup whenever the cached join task ``is_done``, so a join
-    that completes while the caller is outside ``poll`` (our runtime does its work
-    between polls) is thrown away, and the member rejoins again and again: on the test
-    broker every round costs 3 s, and a member polled with a short timeout may never
-    converge. Here a finished task is awaited like a pending one, so its result is
-    used; only a failed task is replaced. Everything else is upstream's code.
-    """
-    timer = Timer(timeout_ms)
-    while self.need_rejoin():
-        if not await self.ensure_coordinator_ready_async(timeout_ms=timer.timeout_ms):
-            return False
-        if self._join_task is None:
-            if not self.rejoining:
-                await self._on_join_prepare_async(
-                    self._generation.generation_id,
-                    self._generation.member_id,
-                    timeout_ms=timer.timeout_ms,
-                )
-                self.rejoining = True
-                self._disable_heartbeat()
-            self._join_task = self._manager.call_soon(self._do_join_and_sync_async)
-        try:
-            assignment_bytes = await self._manager.wait_for(self._join_task, timer.timeout_ms)
-        except kerrors.KafkaTimeoutError:
-            if not self._join_task.is_done:
-                return False  # still in flight: the next poll awaits the same task
-            self._join_task = None  # the attempt itself timed out: retry now
-            continue
-        except (
-            kerrors.UnknownMemberIdError,
-            kerrors.RebalanceInProgressError,
-            kerrors.IllegalGenerationError,
-            kerrors.MemberIdRequiredError,
-        ):
-            self._join_task = None
-            continue
-        except kerrors.RetriableError:
-            self._join_task = None
-            if timer.expired:
-                return False
-            backoff_ms = self.config["retry_backoff_ms"]
-            if timer.timeout_ms is not None:
-                backoff_ms = min(backoff_ms, timer.timeout_ms)
-            if backoff_ms > 0:
-                await self._manager._net.sleep(backoff_ms / 1000)
-            continue
-        except BaseException:
-            self._join_task = None
-            raise
-        self._join_task = None
-        with self._lock:
-            self.rejoining = False
-            self.rejoin_needed = False
-            self.state = MemberState.STABLE
-            self._enable_heartbeat()
-        await self._on_join_complete_async(
-            self._generation.generation_id,
-            self._generation.member_id,
-            self._generation.protocol,
-            assignment_bytes,
-        )
-        return True
-    return True

@@ -200,7 +200,7 @@ class Topology:
         if not self._sources:
             raise TopologyError("a topology needs at least one source")
         groups = _Components(self._order)
-        for node in (*self._processors.values(), *self._sinks.values()):
+        for node in self._downstream_nodes():
             for parent in node.parents:
                 groups.union(node.name, parent)
         for proc in self._processors.values():
@@ -211,6 +211,9 @@ class Topology:
                 groups.union(source.name, f"store:{source.table_store}")
         return BuiltTopology(tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())))
 
+    def _downstream_nodes(self) -> list[ProcessorNode | SinkNode]:
+        return [*self._processors.values(), *self._sinks.values()]
+
     def _subtopology(self, index: int, members: list[str]) -> Subtopology:
         names = set(members)
         sources = tuple(s for n, s in self._sources.items() if n in names)
@@ -218,7 +221,7 @@ class Topology:
             raise TopologyError(f"nodes {sorted(names)} are not reachable from any source")
         store_names = {m[len("store:") :] for m in members if m.startswith("store:")}
         children: dict[str, list[str]] = {}
-        for node in (*self._processors.values(), *self._sinks.values()):
+        for node in self._downstream_nodes():
             if node.name in names:
                 for parent in node.parents:
                     children.setdefault(parent, []).append(node.name)

@@ -14,6 +14,7 @@ from pathlib import Path
 from worker.assignment.model import Assignment, Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
+from worker.errors import TaskMigrated
 from worker.http.server import HttpServer
 from worker.kafka.clients import Admin, DataConsumer, RecordCollector, RestoreConsumer
 from worker.kafka.membership import GroupMember
@@ -181,7 +182,13 @@ class Worker:
         assert self._manager is not None
         if self._fsm.state is WorkerState.RUNNING:
             self._set_state(WorkerState.REBALANCING)
-        self._manager.on_revoked()
+        try:
+            self._manager.on_revoked()
+        except TaskMigrated as exc:
+            # Thrown out of the group before we could commit: the uncommitted work is
+            # void (another member may own the tasks now). Drop it; the join goes on.
+            self._log.warning("revoke.migrated", error=str(exc))
+            self._manager.drop_all_dirty()
 
     def _subscription(self, state_dir: StateDirectory) -> Subscription:
         manager = self._manager
