@@ -68,12 +68,6 @@ class Metrics:
             ["task", "store"],
             registry=r,
         )
-        self.restore_remaining = Gauge(
-            "worker_restore_remaining_records",
-            "Changelog records left to restore",
-            ["task", "store"],
-            registry=r,
-        )
         self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
         self.commit_seconds = Histogram(
             "worker_commit_seconds",
@@ -89,15 +83,6 @@ class Metrics:
         )
         self.state_wipes = Counter(
             "worker_state_wipes_total", "Task directories wiped", ["reason"], registry=r
-        )
-        self.skipped_records = Counter(
-            "worker_skipped_records_total", "Records skipped", ["reason"], registry=r
-        )
-        self.produced_records = Counter(
-            "worker_produced_records_total",
-            "Records produced to sinks and changelogs",
-            ["kind"],
-            registry=r,
         )
         self.worker_state = Gauge(
             "worker_state", "1 for the worker's current lifecycle state", ["state"], registry=r

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.example_app import example_data
 from tests.support.waiting import wait_until
@@ -93,3 +94,25 @@ def test_a_second_process_on_the_same_state_dir_exits_1(own_broker, worker_facto
     assert second.wait_exit(60) == 1
     assert "in use by another process" in second.logs()
     assert first.alive
+
+
+@pytest.mark.integration
+def test_missing_source_topics_exit_1_naming_them(own_broker, worker_factory):
+    w = worker_factory("early", settings={"bootstrap.servers": own_broker.bootstrap})
+    assert w.wait_exit(60) == 1
+    (line,) = [x for x in w.logs().splitlines() if x.startswith("error:")]
+    assert "payments" in line and "account-profiles" in line and "do not exist" in line
+
+
+@pytest.mark.integration
+def test_sources_that_are_not_co_partitioned_exit_1(own_broker, worker_factory):
+    admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
+    topics = [NewTopic("payments", 4, 1), NewTopic("account-profiles", 3, 1)]
+    topics.append(NewTopic("payment-alerts", 4, 1))
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+    w = worker_factory("skewed", settings={"bootstrap.servers": own_broker.bootstrap})
+    assert w.wait_exit(60) == 1
+    (line,) = [x for x in w.logs().splitlines() if x.startswith("error:")]
+    assert "not co-partitioned" in line
+    assert "account-profiles=3" in line and "payments=4" in line

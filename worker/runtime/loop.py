@@ -15,7 +15,7 @@ from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.kafka.clients import DataConsumer, RecordCollector
 from worker.kafka.membership import GroupMember
-from worker.observability import get_logger
+from worker.observability import Metrics, get_logger
 from worker.tasks.manager import TaskManager
 
 CONSUME_BATCH = 2000
@@ -31,6 +31,7 @@ class ProcessingLoop:
         collector: RecordCollector,
         clock: Clock,
         stop: threading.Event,
+        metrics: Metrics,
     ) -> None:
         self._settings = settings
         self._manager = manager
@@ -39,6 +40,7 @@ class ProcessingLoop:
         self._collector = collector
         self._clock = clock
         self._stop = stop
+        self._metrics = metrics
         self._log = get_logger(component="loop")
         self._commit_interval = settings.commit_interval_ms / 1000.0
         self._max_uncommitted = settings.statestore_uncommitted_max_bytes
@@ -65,7 +67,9 @@ class ProcessingLoop:
             self.on_iteration()
 
     def _over_memory_bound(self) -> bool:
-        return self._max_uncommitted >= 0 and self._manager.pending_bytes() > self._max_uncommitted
+        pending = self._manager.pending_bytes()
+        self._metrics.uncommitted_bytes.set(pending)
+        return self._max_uncommitted >= 0 and pending > self._max_uncommitted
 
     def _commit(self) -> None:
         try:

@@ -124,7 +124,7 @@ class Worker:
         manager.on_change = self._publish
         self._manager = manager
         loop = ProcessingLoop(
-            settings, manager, member, consumer, collector, self.clock, self._stop
+            settings, manager, member, consumer, collector, self.clock, self._stop, self.metrics
         )
         loop.on_iteration = self._on_iteration
         clean = False
