@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 IMAGE ?= worker
 PYTEST_ARGS ?=
+# e.g. make demo DEMO_ARGS='--duration 20 --rate 1000'
+DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-unit demo bench lint docker clean
@@ -39,7 +41,7 @@ test-unit: install
 	$(BIN)/python -m pytest -q -m 'not integration and not faults' $(PYTEST_ARGS) tests/unit tests/property
 
 demo: install
-	$(BIN)/worker dev demo
+	$(BIN)/worker dev demo $(DEMO_ARGS)
 
 bench:
 	@test -d benchmarks || { echo "no benchmarks/ directory in this checkout: nothing to run" >&2; exit 1; }

@@ -58,11 +58,34 @@ def sample_data(
 
 
 @dev.command()
-@click.option("--duration", default=60.0, show_default=True, help="Seconds of payment traffic.")
-@click.option("--rate", default=500, show_default=True, help="Payments per second.")
-@click.option("--workdir", type=click.Path(path_type=Path), default=Path(".demo"))
+@click.option(
+    "--duration",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Seconds of payment traffic.",
+)
+@click.option(
+    "--rate",
+    default=500,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Payments per second.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path(".demo"),
+    show_default=True,
+    help="Logs and state of this run (emptied first).",
+)
 def demo(duration: float, rate: int, workdir: Path) -> None:
-    """Start a broker, load sample data, run two workers over generated payments, summarise."""
+    """Start a broker, load sample data, run two workers over generated payments, summarise.
+
+    Exits 0 when the workers' output matches a plain-Python reference computation and both
+    workers stopped cleanly; 1 otherwise; 128+N when stopped by signal N (Ctrl-C: 130).
+    Every process it starts is stopped by its PID, whatever happens.
+    """
     from worker.dev import demo as demo_module
 
     code = demo_module.run_demo(duration, rate, workdir)

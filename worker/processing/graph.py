@@ -95,15 +95,15 @@ class TaskGraph:
             headers,
         )
         if source.table_store is not None:
+            if key is None:
+                return  # a table cannot hold a null key; Kafka Streams drops these records
             self._upsert(source, key, value)
             if not self._has_children[source.name]:
                 return
         ctx.enter(source.name)
         ctx.forward(source.key_serde.deserialize(key), source.value_serde.deserialize(value))
 
-    def _upsert(self, source: SourceNode, key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return  # a table cannot hold a null key; Kafka Streams drops these too
+    def _upsert(self, source: SourceNode, key: bytes, value: bytes | None) -> None:
         store = self._raw[source.table_store]  # type: ignore[index]
         if value is None:
             store.delete(key)

@@ -151,8 +151,8 @@ class Topology:
         self, name: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
     ) -> Topology:
         """A key-value store with its own changelog topic, for processors that list it."""
-        if name in self._stores or name in self._order:
-            raise TopologyError(f"name {name!r} is already used")
+        if not name or name in self._stores or name in self._order:
+            raise TopologyError(f"name {name!r} is empty or already used")
         self._stores[name] = StoreSpec(name, key_serde, value_serde)
         return self
 
@@ -196,9 +196,20 @@ class Topology:
                 raise TopologyError(f"{name!r}: unknown parent {parent!r}")
 
     def build(self) -> BuiltTopology:
-        """Split into sub-topologies, numbered in the order their first node was added."""
+        """Split into sub-topologies, numbered in the order their first node was added.
+
+        Raises TopologyError when there is no source, or when a store added with
+        ``add_store`` is listed by no processor (it would belong to no sub-topology and
+        silently never exist).
+        """
         if not self._sources:
             raise TopologyError("a topology needs at least one source")
+        used = {store for proc in self._processors.values() for store in proc.stores}
+        unused = sorted(n for n, s in self._stores.items() if not s.is_table and n not in used)
+        if unused:
+            raise TopologyError(
+                f"stores {unused} are used by no processor (list them in add_processor(stores=...))"
+            )
         groups = _Components(self._order)
         for node in self._downstream_nodes():
             for parent in node.parents:
@@ -212,7 +223,9 @@ class Topology:
         return BuiltTopology(tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())))
 
     def _downstream_nodes(self) -> list[ProcessorNode | SinkNode]:
-        return [*self._processors.values(), *self._sinks.values()]
+        """Processors and sinks in the order they were added (forward follows this order)."""
+        nodes: dict[str, ProcessorNode | SinkNode] = {**self._processors, **self._sinks}
+        return [nodes[name] for name in self._order if name in nodes]
 
     def _subtopology(self, index: int, members: list[str]) -> Subtopology:
         names = set(members)

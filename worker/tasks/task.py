@@ -63,6 +63,7 @@ class Task:
             (topic, task_id.partition) for topic in subtopology.source_topics
         )
         self._consumed: dict[TP, int] = {}
+        self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
         self._graph: TaskGraph | None = None
         self._last_checkpoint = ctx.clock.monotonic()
@@ -86,13 +87,21 @@ class Task:
         if not state_dir.lock_task(self.id, self):
             raise StateLocked(f"task directory {self.id} is locked by another owner")
         try:
-            for spec in self.subtopology.stores:
-                path = state_dir.store_path(self.id, spec.name)
-                self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
+            self._open_stores()
             self._migrate_checkpoint()
         except StoreCorrupted as exc:
+            # Keep the lock: the caller wipes the directory next, as this task's owner.
             self._close_stores()
             raise TaskCorrupted([self.id], exc.reason) from exc
+        except BaseException:
+            self._close_stores()
+            state_dir.unlock_task(self.id, self)
+            raise
+
+    def _open_stores(self) -> None:
+        for spec in self.subtopology.stores:
+            path = self._ctx.state_dir.store_path(self.id, spec.name)
+            self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
         if self.role is TaskRole.ACTIVE:
             self._graph = TaskGraph(
                 self.subtopology, str(self.id), self.stores, self._ctx.collector
@@ -113,19 +122,17 @@ class Task:
                 self.log.info("checkpoint.migrated", store=name, offset=legacy[tp])
 
     def wipe(self, reason: str) -> None:
-        """Delete this task's local state and reopen empty stores (state must be CORRUPTED)."""
+        """Delete this task's local state and reopen empty stores (state must be CORRUPTED).
+
+        The transition is checked before anything is deleted, so a call in the wrong
+        state destroys nothing.
+        """
+        self.transition(TaskState.WIPED, reason)
         self._close_stores()
         self._ctx.state_dir.wipe_task(self.id, self)
         self._ctx.metrics.state_wipes.labels(reason=reason).inc()
         self.log.warning("task.wiped", reason=reason)
-        self.transition(TaskState.WIPED, reason)
-        for spec in self.subtopology.stores:
-            path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
-        if self._graph is not None:
-            self._graph = TaskGraph(
-                self.subtopology, str(self.id), self.stores, self._ctx.collector
-            )
+        self._open_stores()
 
     def close(self, clean: bool) -> None:
         """Release stores and the directory lock. Idempotent.
@@ -196,17 +203,29 @@ class Task:
             if self._specs[name].is_table:
                 continue
             topic, partition = self.changelogs[name]
-            for key, value in store.pending().items():
+            pending = store.pending()
+            for key, value in pending.items():
                 send(topic, partition, key, value)
-            sent += len(store.pending())
+            if pending:
+                self._produced.add((topic, partition))
+            sent += len(pending)
         return sent
 
     def commit_stores(self, acked: Mapping[TP, int]) -> None:
-        """Step 3: each store's buffer plus its new changelog offset, one atomic batch."""
+        """Step 3: each store's buffer plus its new changelog offset, one atomic batch.
+
+        Only changelogs this task wrote in this commit take an acked offset: an offset
+        acknowledged earlier (say, before the task moved away and came back) must never
+        overwrite a newer one the store restored since.
+        """
+        produced, self._produced = self._produced, set()
         for name, store in self.stores.items():
             tp = self.changelogs[name]
-            # A table's changelog is its source topic: its offset is what we consumed.
-            offset = self._consumed.get(tp) if self._specs[name].is_table else acked.get(tp)
+            if self._specs[name].is_table:
+                # A table's changelog is its source topic: its offset is what we consumed.
+                offset = self._consumed.get(tp)
+            else:
+                offset = acked.get(tp) if tp in produced else None
             store.commit({tp: offset} if offset is not None else {})
 
     def source_offsets_to_commit(self) -> dict[TP, int]:
@@ -246,3 +265,4 @@ class Task:
         for store in self.stores.values():
             store.discard_pending()
         self._consumed.clear()
+        self._produced.clear()

@@ -1,0 +1,262 @@
+"""In-memory fakes of our Kafka adapters (``worker.kafka.clients``) and the offset committer.
+
+Each fake has the public interface of the adapter it replaces, with the same method
+names, parameters and defaults (``tests/unit/tasks/test_fakes.py`` checks this against the
+real classes), plus helpers for tests to feed data in and read what happened. Nothing
+here talks to a broker or starts a thread.
+
+Offsets behave as Kafka's do: each partition is a log whose offsets only grow; a consumer
+reads from an explicit position (``None``: the start of the log); the restore consumer
+reports a partition's end (the high watermark) once it has read up to it, as librdkafka's
+partition-EOF event does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.kafka.clients import FetchedBatch
+
+TP = tuple[str, int]
+Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeMessage:
+    """The part of ``confluent_kafka.Message`` the task manager and tasks read."""
+
+    _topic: str
+    _partition: int
+    _offset: int
+    _key: bytes | None
+    _value: bytes | None
+    _timestamp: int = 0
+    _headers: list[tuple[str, bytes]] | None = None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)  # (TIMESTAMP_CREATE_TIME, ms)
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SentRecord:
+    """A record handed to the collector: ``partition`` is None for sink records."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: Any = None
+    offset: int | None = None  # changelog records: the offset the "broker" gave it
+
+
+class FakeCollector:
+    """``RecordCollector`` in memory.
+
+    Changelog records get consecutive offsets per partition (starting at
+    ``next_offsets[tp]``, default 0) and are acknowledged at ``flush``, which is when
+    ``acked`` moves, as the delivery callbacks move it during the real collector's flush.
+
+    Test controls: ``fail_flush`` (raised by the next flushes, nothing acknowledged) and
+    ``before_flush`` (called at the start of ``flush``, to observe the world at that moment).
+    """
+
+    def __init__(self, next_offsets: Mapping[TP, int] | None = None) -> None:
+        self.acked: dict[TP, int] = {}
+        self.sent: list[SentRecord] = []
+        self.changelog: list[SentRecord] = []
+        self.next_offsets: dict[TP, int] = dict(next_offsets or {})
+        self.flushes = 0
+        self.polls = 0
+        self.fail_flush: BaseException | None = None
+        self.before_flush: Callable[[], None] | None = None
+        self._unacked: list[tuple[TP, int]] = []
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
+        self.sent.append(SentRecord(topic, None, key, value, headers))
+
+    def send_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        tp = (topic, partition)
+        offset = self.next_offsets.get(tp, 0)
+        self.next_offsets[tp] = offset + 1
+        self.changelog.append(SentRecord(topic, partition, key, value, None, offset))
+        self._unacked.append((tp, offset))
+
+    def poll(self) -> None:
+        self.polls += 1
+
+    def flush(self, timeout: float) -> None:
+        self.flushes += 1
+        if self.before_flush is not None:
+            self.before_flush()
+        if self.fail_flush is not None:
+            raise self.fail_flush
+        for tp, offset in self._unacked:
+            if offset > self.acked.get(tp, -1):
+                self.acked[tp] = offset
+        self._unacked.clear()
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.flush(timeout)
+
+    def changelog_for(self, topic: str, partition: int) -> list[tuple[bytes, bytes | None]]:
+        """(key, value) of every changelog record sent to one partition, in order."""
+        return [
+            (r.key or b"", r.value)
+            for r in self.changelog
+            if r.topic == topic and r.partition == partition
+        ]
+
+
+@dataclass
+class FakeCommitter:
+    """The group member's offset commit API (``worker.tasks.manager.OffsetCommitter``).
+
+    ``commits`` lists every successful commit; ``offsets`` is the group's current view.
+    Test controls: ``fail_commit`` and ``before_commit`` (called with the offsets).
+    """
+
+    offsets: dict[TP, int] = field(default_factory=dict)
+    commits: list[dict[TP, int]] = field(default_factory=list)
+    fail_commit: BaseException | None = None
+    before_commit: Callable[[Mapping[TP, int]], None] | None = None
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        if self.before_commit is not None:
+            self.before_commit(offsets)
+        if self.fail_commit is not None:
+            raise self.fail_commit
+        self.commits.append(dict(offsets))
+        self.offsets.update(offsets)
+
+    def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]:
+        return {tp: self.offsets.get(tp) for tp in partitions}
+
+
+class _FakeLogs:
+    """Partition logs and explicit positions, shared by both consumer fakes."""
+
+    def __init__(self) -> None:
+        self.logs: dict[TP, list[Record]] = {}
+        self.high_watermarks: dict[TP, int] = {}
+        self.positions: dict[TP, int] = {}
+        self.added: list[dict[TP, int | None]] = []  # every add() call, for assertions
+        self.closed = False
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> int:
+        """Append a record at the end of the partition; return its offset."""
+        tp = (topic, partition)
+        offset = self.end_offset(tp)
+        self.logs.setdefault(tp, []).append((offset, key, value))
+        self.high_watermarks[tp] = offset + 1
+        return offset
+
+    def skip_offsets(self, topic: str, partition: int, count: int) -> None:
+        """Leave a gap of ``count`` offsets, as compaction or transaction markers do."""
+        tp = (topic, partition)
+        self.high_watermarks[tp] = self.end_offset(tp) + count
+
+    def end_offset(self, tp: TP) -> int:
+        """The high watermark: the offset the next record will get."""
+        return self.high_watermarks.get(tp, 0)
+
+    def add(self, positions: Mapping[TP, int | None]) -> None:
+        self.added.append(dict(positions))
+        for tp, offset in positions.items():
+            self.positions[tp] = 0 if offset is None else offset
+
+    def remove(self, partitions: Iterable[TP]) -> None:
+        for tp in list(partitions):
+            self.positions.pop(tp, None)
+
+    @property
+    def assigned(self) -> frozenset[TP]:
+        return frozenset(self.positions)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _take(self, tp: TP, budget: int) -> list[Record]:
+        position = self.positions[tp]
+        taken = [r for r in self.logs.get(tp, []) if r[0] >= position][:budget]
+        if taken:
+            self.positions[tp] = taken[-1][0] + 1
+        if not taken or len(taken) < budget:
+            # Nothing more to read: the position moves over any trailing gap.
+            self.positions[tp] = max(self.positions[tp], self.end_offset(tp))
+        return taken
+
+
+class FakeDataConsumer(_FakeLogs):
+    """``DataConsumer``: reads the assigned source partitions from explicit positions.
+
+    Feed it with ``append``; ``consume`` returns :class:`FakeMessage` objects, partitions
+    in sorted order, at most ``max_records`` in all.
+    """
+
+    def consume(self, max_records: int, timeout: float) -> list[Any]:
+        messages: list[Any] = []
+        for tp in sorted(self.positions):
+            budget = max_records - len(messages)
+            if budget <= 0:
+                break
+            for offset, key, value in self._take(tp, budget):
+                messages.append(FakeMessage(tp[0], tp[1], offset, key, value))
+        return messages
+
+
+class FakeRestoreConsumer(_FakeLogs):
+    """``RestoreConsumer``: reads changelogs from explicit positions, reporting their ends.
+
+    ``fetch`` returns at most ``max_records`` records, partitions in sorted order. A
+    partition whose position reached the high watermark is reported once in
+    ``end_offsets`` (again after new records arrive and are read), like librdkafka's
+    partition-EOF event. ``fetches`` counts the calls.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetches = 0
+        self._eof_reported: dict[TP, int] = {}
+
+    def fetch(self, max_records: int, timeout: float) -> FetchedBatch:
+        self.fetches += 1
+        batch = FetchedBatch({}, {})
+        taken = 0
+        for tp in sorted(self.positions):
+            records = self._take(tp, max_records - taken) if taken < max_records else []
+            if records:
+                batch.records[tp] = records
+                taken += len(records)
+            end = self.end_offset(tp)
+            if self.positions[tp] >= end and self._eof_reported.get(tp) != end:
+                batch.end_offsets[tp] = end
+                self._eof_reported[tp] = end
+        return batch
+
+    def add(self, positions: Mapping[TP, int | None]) -> None:
+        super().add(positions)
+        for tp in positions:
+            self._eof_reported.pop(tp, None)

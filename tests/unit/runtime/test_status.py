@@ -1,0 +1,169 @@
+"""The worker's lifecycle state machine and the readiness its status snapshot reports."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from worker.errors import WorkerError
+from worker.observability import Metrics
+from worker.runtime.status import (
+    ALLOWED,
+    Status,
+    TaskStatus,
+    WorkerState,
+    WorkerStateMachine,
+)
+
+ALLOWED_MOVES = [(src, dst) for src in WorkerState for dst in sorted(ALLOWED[src], key=str)]
+FORBIDDEN_MOVES = [
+    (src, dst)
+    for src in WorkerState
+    for dst in WorkerState
+    if dst not in ALLOWED[src] and dst is not src
+]
+
+
+def path_to(target: WorkerState) -> list[WorkerState]:
+    """The shortest list of allowed moves from CREATED to ``target``."""
+    previous: dict[WorkerState, WorkerState | None] = {WorkerState.CREATED: None}
+    queue = deque([WorkerState.CREATED])
+    while queue:
+        state = queue.popleft()
+        for nxt in sorted(ALLOWED[state], key=str):
+            if nxt not in previous:
+                previous[nxt] = state
+                queue.append(nxt)
+    steps: list[WorkerState] = []
+    at: WorkerState | None = target
+    while at is not None and at is not WorkerState.CREATED:
+        steps.append(at)
+        at = previous[at]
+    return steps[::-1]
+
+
+def machine_in(state: WorkerState, metrics: Metrics) -> WorkerStateMachine:
+    machine = WorkerStateMachine(structlog.get_logger(), metrics)
+    for step in path_to(state):
+        machine.transition(step)
+    assert machine.state is state
+    return machine
+
+
+def gauge(metrics: Metrics) -> dict[str, float | None]:
+    return {
+        s.value: metrics.registry.get_sample_value("worker_state", {"state": s.value})
+        for s in WorkerState
+    }
+
+
+def one_hot(state: WorkerState) -> dict[str, float | None]:
+    return {s.value: 1.0 if s is state else 0.0 for s in WorkerState}
+
+
+def test_a_new_worker_is_created_and_publishes_it() -> None:
+    metrics = Metrics()
+
+    machine = WorkerStateMachine(structlog.get_logger(), metrics)
+
+    assert machine.state is WorkerState.CREATED
+    assert gauge(metrics) == one_hot(WorkerState.CREATED)
+
+
+def test_every_state_has_a_row_and_not_running_is_terminal() -> None:
+    assert set(ALLOWED) == set(WorkerState)
+    assert ALLOWED[WorkerState.NOT_RUNNING] == frozenset()
+
+
+@pytest.mark.parametrize(("src", "dst"), ALLOWED_MOVES, ids=lambda s: s.value)
+def test_every_allowed_transition_moves_the_state_and_the_gauge(
+    src: WorkerState, dst: WorkerState
+) -> None:
+    metrics = Metrics()
+    machine = machine_in(src, metrics)
+
+    machine.transition(dst)
+
+    assert machine.state is dst
+    assert gauge(metrics) == one_hot(dst)
+
+
+@pytest.mark.parametrize(("src", "dst"), FORBIDDEN_MOVES, ids=lambda s: s.value)
+def test_every_forbidden_transition_raises_and_changes_nothing(
+    src: WorkerState, dst: WorkerState
+) -> None:
+    metrics = Metrics()
+    machine = machine_in(src, metrics)
+
+    with pytest.raises(WorkerError, match=f"{src.value} -> {dst.value} is not allowed"):
+        machine.transition(dst)
+
+    assert machine.state is src
+    assert gauge(metrics) == one_hot(src)
+
+
+@pytest.mark.parametrize("state", list(WorkerState), ids=lambda s: s.value)
+def test_a_transition_to_the_current_state_is_a_silent_no_op(state: WorkerState) -> None:
+    machine = machine_in(state, Metrics())
+
+    with capture_logs() as logs:
+        machine.transition(state)
+
+    assert machine.state is state
+    assert logs == []
+
+
+def test_a_transition_is_logged_with_source_and_target() -> None:
+    with capture_logs() as logs:
+        machine = WorkerStateMachine(structlog.get_logger().bind(role="worker"), Metrics())
+        machine.transition(WorkerState.STARTING)
+
+    assert logs == [
+        {
+            "event": "worker.transition",
+            "log_level": "info",
+            "role": "worker",
+            "src": "created",
+            "dst": "starting",
+        }
+    ]
+
+
+def active(state: str, task_id: str = "0_0") -> TaskStatus:
+    return TaskStatus(task_id, "active", state)
+
+
+@pytest.mark.parametrize(
+    ("status", "ready"),
+    [
+        (Status(), False),
+        (Status(WorkerState.RUNNING), True),
+        (Status(WorkerState.RUNNING, (active("running"), active("running", "0_1"))), True),
+        (Status(WorkerState.RUNNING, (active("running"), active("restoring", "0_1"))), False),
+        (Status(WorkerState.RUNNING, (active("suspended"),)), False),
+        (Status(WorkerState.RUNNING, (TaskStatus("0_1", "standby", "restoring"),)), True),
+        (Status(WorkerState.REBALANCING, (active("running"),)), False),
+        (Status(WorkerState.STARTING), False),
+        (Status(WorkerState.PENDING_SHUTDOWN, (active("running"),)), False),
+        (Status(WorkerState.ERROR), False),
+    ],
+    ids=[
+        "created",
+        "running-no-tasks",
+        "running-all-running",
+        "running-one-restoring",
+        "running-one-suspended",
+        "running-standby-restoring",
+        "rebalancing",
+        "starting",
+        "pending-shutdown",
+        "error",
+    ],
+)
+def test_ready_only_when_running_and_every_active_task_is_running(
+    status: Status, ready: bool
+) -> None:
+    assert status.ready is ready

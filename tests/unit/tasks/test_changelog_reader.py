@@ -1,0 +1,194 @@
+"""The changelog reader (worker/state/restore.py): batches, offsets, ends, metrics.
+
+A real task with real stores on ``tmp_path``, restored from the fake restore consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fakes import FakeRestoreConsumer
+from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
+from worker.observability import Metrics
+from worker.processing.topology import BuiltTopology
+from worker.state.restore import ChangelogReader
+from worker.tasks.state import TaskRole
+from worker.tasks.task import Task, TaskContext
+
+CL = (COUNTS_CHANGELOG, 1)
+LB = (LABELS, 1)
+
+
+@pytest.fixture
+def task(ctx: TaskContext, topology: BuiltTopology) -> Iterator[Task]:
+    opened = Task(T01, TaskRole.ACTIVE, topology.subtopologies[0], ctx)
+    opened.open()
+    yield opened
+    opened.close(clean=False)
+
+
+@pytest.fixture
+def changelogs() -> FakeRestoreConsumer:
+    return FakeRestoreConsumer()
+
+
+def reader_for(changelogs: FakeRestoreConsumer, metrics: Metrics, batch: int) -> ChangelogReader:
+    return ChangelogReader(changelogs, metrics, batch_records=batch)  # type: ignore[arg-type]
+
+
+def write(changelogs: FakeRestoreConsumer, tp: tuple[str, int], *records: tuple) -> None:
+    for key, value in records:
+        changelogs.append(tp[0], tp[1], key, value)
+
+
+def committed(task: Task, store: str) -> dict[bytes, bytes]:
+    return dict(task.stores[store].iter_committed())
+
+
+def restore_all(reader: ChangelogReader, max_steps: int = 50) -> list[list[Task]]:
+    """Every step's finished tasks, until nothing is restoring."""
+    steps = []
+    while reader.restoring():
+        steps.append(reader.step(0.0))
+        assert len(steps) <= max_steps, "restore did not finish"
+    return steps
+
+
+def test_each_batch_is_applied_with_its_last_offset_per_changelog(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", b"4"), (b"b", None))
+    write(changelogs, LB, (b"a", b'"red"'))
+    reader = reader_for(changelogs, metrics, batch=2)
+    reader.register(task)
+
+    assert reader.step(0.0) == []
+
+    assert committed(task, COUNTS) == {b"a": b"1", b"b": b"2"}
+    assert task.stores[COUNTS].committed_offsets() == {CL: 1}
+
+    restore_all(reader)
+
+    assert committed(task, COUNTS) == {b"a": b"3", b"c": b"4"}
+    assert task.stores[COUNTS].committed_offsets() == {CL: 4}
+    assert committed(task, LABELS) == {b"a": b'"red"'}
+    assert task.stores[LABELS].committed_offsets() == {LB: 0}
+
+
+def test_null_keys_are_skipped_but_their_offsets_still_count(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (None, b"x"), (b"k", b"1"), (None, b"y"))
+    reader = reader_for(changelogs, metrics, batch=100)
+    reader.register(task)
+
+    restore_all(reader)
+
+    assert committed(task, COUNTS) == {b"k": b"1"}
+    assert task.stores[COUNTS].committed_offsets() == {CL: 2}
+    assert (
+        metrics.registry.get_sample_value(
+            "worker_restored_records_total", {"task": "0_1", "store": COUNTS}
+        )
+        == 1
+    )
+
+
+def test_a_task_finishes_only_when_every_changelog_reported_its_end(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"), (b"b", b"1"))
+    write(changelogs, LB, (b"a", b"1"), (b"b", b"1"), (b"c", b"1"))
+    reader = reader_for(changelogs, metrics, batch=2)
+    reader.register(task)
+
+    steps = restore_all(reader)
+
+    # Step 1 reads all of the counts changelog and its end; the labels one needs two more.
+    assert steps == [[], [], [task]]
+    assert changelogs.assigned == frozenset()
+    assert not reader.restoring()
+
+
+def test_a_task_with_empty_changelogs_finishes_at_the_first_step(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    reader = reader_for(changelogs, metrics, batch=10)
+    reader.register(task)
+
+    assert reader.step(0.0) == [task]
+
+
+def test_restore_resumes_from_the_stored_offset_plus_one(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, *[(b"old-%d" % i, b"x") for i in range(10)], (b"new", b"1"))
+    task.stores[COUNTS].commit({CL: 9})
+    reader = reader_for(changelogs, metrics, batch=100)
+
+    reader.register(task)
+    restore_all(reader)
+
+    assert changelogs.added == [{CL: 10, LB: None}]
+    assert committed(task, COUNTS) == {b"new": b"1"}
+    assert task.stores[COUNTS].committed_offsets() == {CL: 10}
+
+
+def test_gaps_in_changelog_offsets_are_crossed_to_the_end(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"))
+    changelogs.skip_offsets(*CL, 5)  # compacted away, or transaction markers
+    write(changelogs, CL, (b"b", b"2"))
+    changelogs.skip_offsets(*CL, 1)
+    reader = reader_for(changelogs, metrics, batch=100)
+    reader.register(task)
+
+    assert restore_all(reader) == [[task]]
+    assert task.stores[COUNTS].committed_offsets() == {CL: 6}
+
+
+def test_restored_records_are_counted_per_task_and_store(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"), (b"b", b"1"), (b"c", None))
+    write(changelogs, LB, (b"a", b"1"))
+    reader = reader_for(changelogs, metrics, batch=2)
+    reader.register(task)
+
+    restore_all(reader)
+
+    def restored(store: str) -> float | None:
+        labels = {"task": "0_1", "store": store}
+        return metrics.registry.get_sample_value("worker_restored_records_total", labels)
+
+    assert (restored(COUNTS), restored(LABELS)) == (3, 1)
+
+
+def test_unregistering_stops_a_restore_and_keeps_its_progress(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"), (b"b", b"1"), (b"c", b"1"))
+    reader = reader_for(changelogs, metrics, batch=2)
+    reader.register(task)
+    reader.step(0.0)
+
+    reader.unregister(task)
+    reader.unregister(task)  # idempotent
+
+    assert not reader.restoring()
+    assert changelogs.assigned == frozenset()
+    assert task.stores[COUNTS].committed_offsets() == {CL: 1}
+    reader.register(task)
+    assert changelogs.added[-1] == {CL: 2, LB: None}
+
+
+def test_a_step_with_nothing_registered_fetches_nothing(
+    changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    reader = reader_for(changelogs, metrics, batch=2)
+
+    assert reader.step(0.0) == []
+    assert changelogs.fetches == 0

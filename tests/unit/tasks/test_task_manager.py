@@ -1,0 +1,431 @@
+"""The task manager: the at-least-once commit protocol, assignments, corruption, offset sums.
+
+Real state directory and RocksDB stores on ``tmp_path``; Kafka is the fakes (see conftest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from tests.fakes import FakeMessage
+from tests.unit.tasks.conftest import (
+    CHECKPOINT_INTERVAL_S,
+    COUNTS,
+    COUNTS_CHANGELOG,
+    EVENTS,
+    LABELS,
+    OUT,
+    T00,
+    T01,
+    T02,
+    Harness,
+    assignment,
+    encode,
+)
+from worker.assignment.task_id import TaskId
+from worker.errors import KafkaUnavailable
+from worker.state.checkpoint import read_checkpoint, write_checkpoint
+from worker.tasks.manager import RUNNING_ACTIVE
+from worker.tasks.state import TaskState
+from worker.tasks.task import Task
+
+TP = tuple[str, int]
+
+
+def cl(task_id: TaskId) -> TP:
+    return (COUNTS_CHANGELOG, task_id.partition)
+
+
+def ev(task_id: TaskId) -> TP:
+    return (EVENTS, task_id.partition)
+
+
+def lb(task_id: TaskId) -> TP:
+    return (LABELS, task_id.partition)
+
+
+def running(h: Harness, *task_ids: TaskId) -> list[Task]:
+    h.assign(*task_ids)
+    h.restore()
+    tasks = [h.manager.tasks[t] for t in task_ids]
+    assert all(t.state is TaskState.RUNNING for t in tasks)
+    return tasks
+
+
+def rebalance(h: Harness, *task_ids: TaskId) -> None:
+    """An eager rebalance: revoke everything, then receive ``task_ids``."""
+    h.manager.on_revoked()
+    h.manager.on_assigned(assignment(*task_ids))
+
+
+def events(h: Harness, task_id: TaskId, *keys: str) -> None:
+    for key in keys:
+        h.event(task_id, key)
+    h.process()
+
+
+# -- the commit protocol -------------------------------------------------------------
+
+
+def test_commit_produces_buffered_store_changes_collapsed_per_key(harness: Harness) -> None:
+    running(harness, T01)
+    events(harness, T01, "a", "b", "a", "a")
+
+    assert harness.manager.commit()
+
+    assert harness.collector.changelog_for(COUNTS_CHANGELOG, 1) == [(b"a", b"3"), (b"b", b"1")]
+    assert [(r.topic, r.key) for r in harness.collector.sent] == [
+        (OUT, b"a"),
+        (OUT, b"b"),
+        (OUT, b"a"),
+        (OUT, b"a"),
+    ]
+
+
+def test_commit_steps_run_in_order_produce_flush_write_stores_commit_sources(
+    harness: Harness,
+) -> None:
+    (task,) = running(harness, T01)
+    events(harness, T01, "a")
+    store = task.stores[COUNTS]
+    seen: dict[str, Any] = {}
+
+    def at_flush() -> None:
+        seen["flush"] = (
+            len(harness.collector.changelog),
+            store.get_committed(b"a"),
+            store.committed_offsets(),
+        )
+
+    def at_source_commit(offsets: Mapping[TP, int]) -> None:
+        seen["commit"] = (store.get_committed(b"a"), store.committed_offsets(), dict(offsets))
+
+    harness.collector.before_flush = at_flush
+    harness.committer.before_commit = at_source_commit
+
+    harness.manager.commit()
+
+    # 1-2: the changelog record was produced before the flush; no store was written yet.
+    assert seen["flush"] == (1, None, {})
+    # 3-4: the store holds the data and its acked offset before the sources are committed.
+    assert seen["commit"] == (b"1", {cl(T01): 0}, {ev(T01): 1})
+
+
+def test_each_store_is_committed_with_its_acked_changelog_offset(harness: Harness) -> None:
+    harness.collector.next_offsets[cl(T01)] = 40
+    (task,) = running(harness, T01)
+    events(harness, T01, "a", "b")
+
+    harness.manager.commit()
+
+    assert harness.collector.acked == {cl(T01): 41}
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 41}
+    assert task.stores[COUNTS].get_committed(b"b") == b"1"
+
+
+def test_a_table_store_is_committed_with_its_consumed_source_offset(harness: Harness) -> None:
+    (task,) = running(harness, T01)
+    harness.consumer.append(LABELS, 1, b"a", encode("red"))
+    harness.consumer.append(LABELS, 1, b"b", encode("blue"))
+    harness.process()
+
+    harness.manager.commit()
+
+    assert task.stores[LABELS].committed_offsets() == {lb(T01): 1}
+    assert task.stores[LABELS].get_committed(b"b") == b'"blue"'
+    assert harness.collector.changelog_for(LABELS, 1) == []  # its topic is its changelog
+
+
+def test_source_offsets_are_committed_through_the_committer_as_next_offsets(
+    harness: Harness,
+) -> None:
+    running(harness, T00, T01)
+    events(harness, T00, "a", "b", "c")
+    events(harness, T01, "a")
+    harness.consumer.append(LABELS, 1, b"a", encode("red"))
+    harness.process()
+
+    harness.manager.commit()
+
+    assert harness.committer.commits == [{ev(T00): 3, ev(T01): 1, lb(T01): 1}]
+
+
+def test_a_failing_flush_leaves_stores_and_source_offsets_untouched(harness: Harness) -> None:
+    (task,) = running(harness, T01)
+    events(harness, T01, "a")
+    harness.collector.fail_flush = KafkaUnavailable("1 records not acknowledged")
+
+    with pytest.raises(KafkaUnavailable):
+        harness.manager.commit()
+
+    store = task.stores[COUNTS]
+    assert store.get_committed(b"a") is None
+    assert store.committed_offsets() == {}
+    assert harness.committer.commits == []
+    assert dict(store.pending()) == {b"a": b"1"}  # kept, so the next commit retries
+
+    harness.collector.fail_flush = None
+    assert harness.manager.commit()
+    assert store.get_committed(b"a") == b"1"
+    assert harness.committer.commits == [{ev(T01): 1}]
+
+
+def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
+    running(harness, T01)
+    events(harness, T01, "a")
+    assert harness.manager.commit()
+    flushes = harness.collector.flushes
+
+    assert not harness.manager.commit()
+
+    assert harness.collector.flushes == flushes
+    assert len(harness.committer.commits) == 1
+    assert harness.metric("worker_commits_total") == 1
+
+
+def test_commit_writes_the_checkpoint_only_after_the_checkpoint_interval(
+    harness: Harness,
+) -> None:
+    running(harness, T01)
+    path = harness.state_dir.checkpoint_path(T01)
+
+    events(harness, T01, "a")
+    harness.manager.commit()
+    harness.clock.advance(CHECKPOINT_INTERVAL_S - 1)
+    events(harness, T01, "a")
+    harness.manager.commit()
+    assert not path.exists()
+
+    harness.clock.advance(1)
+    events(harness, T01, "a")
+    harness.manager.commit()
+    assert read_checkpoint(path) == {cl(T01): 2}
+    assert harness.metric("worker_checkpoint_writes_total") == 1
+
+    events(harness, T01, "b")
+    harness.manager.commit()
+    assert read_checkpoint(path) == {cl(T01): 2}
+
+
+def test_a_commit_never_moves_a_stores_changelog_offset_backwards(harness: Harness) -> None:
+    # This process wrote the changelog up to offset 1 while it owned the task...
+    running(harness, T01)
+    events(harness, T01, "a", "b")
+    harness.manager.commit()
+    harness.replicate_changelogs()
+    rebalance(harness)
+    # ...then another instance owned it and wrote offsets 2 and 3...
+    harness.restore_consumer.append(COUNTS_CHANGELOG, 1, b"a", b"7")
+    harness.restore_consumer.append(COUNTS_CHANGELOG, 1, b"c", b"1")
+    harness.collector.next_offsets[cl(T01)] = 4
+    # ...and now it is back here, restored to offset 3.
+    rebalance(harness, T01)
+    harness.restore()
+    task = harness.manager.tasks[T01]
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 3}
+
+    # A commit in which the store wrote nothing (only the table moved).
+    harness.consumer.append(LABELS, 1, b"a", encode("red"))
+    harness.process()
+    harness.manager.commit()
+
+    assert task.stores[COUNTS].get_committed(b"a") == b"7"
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 3}
+
+
+# -- processing ----------------------------------------------------------------------
+
+
+def test_records_are_routed_to_their_task_and_counted(harness: Harness) -> None:
+    t0, t1 = running(harness, T00, T01)
+    harness.event(T00, "a")
+    harness.event(T01, "a")
+    harness.event(T01, "b")
+
+    assert harness.process() == 3
+
+    assert dict(t0.stores[COUNTS].pending()) == {b"a": b"1"}
+    assert dict(t1.stores[COUNTS].pending()) == {b"a": b"1", b"b": b"1"}
+    assert harness.metric("worker_processed_records_total") == 3
+
+
+def test_records_of_partitions_no_running_task_owns_are_dropped(harness: Harness) -> None:
+    running(harness, T01)
+
+    processed = harness.manager.process([FakeMessage(EVENTS, 5, 0, b"a", b"{}")])
+
+    assert processed == 0
+    assert harness.metric("worker_processed_records_total") == 0
+
+
+def test_processing_resumes_from_the_groups_committed_offsets(harness: Harness) -> None:
+    harness.committer.offsets[ev(T01)] = 7
+
+    running(harness, T01)
+
+    assert harness.consumer.added[-1] == {ev(T01): 7, lb(T01): None}
+    assert harness.consumer.assigned == {ev(T01), lb(T01)}
+
+
+# -- corruption at open --------------------------------------------------------------
+
+
+def corrupt_counts_store_of(h: Harness, task_id: TaskId) -> None:
+    """Leave ``task_id``'s directory with committed state, then damage its counts store."""
+    running(h, task_id)
+    events(h, task_id, "a", "a", "b")
+    h.manager.commit()
+    h.replicate_changelogs()
+    rebalance(h)
+    assert h.state_dir.checkpoint_path(task_id).exists()
+    (h.state_dir.store_path(task_id, COUNTS) / "CURRENT").write_text("garbage\n")
+
+
+def test_a_task_with_a_corrupt_store_at_open_is_wiped_counted_and_restored(
+    harness: Harness,
+) -> None:
+    corrupt_counts_store_of(harness, T01)
+
+    harness.assign(T01)
+
+    task = harness.manager.tasks[T01]
+    assert task.state is TaskState.RESTORING
+    assert harness.metric("worker_state_wipes_total", reason="corrupted_at_open") == 1
+    assert harness.metric("worker_task_transitions_total", to="corrupted") == 1
+    assert harness.metric("worker_task_transitions_total", to="wiped") == 1
+    assert not harness.state_dir.checkpoint_path(T01).exists()
+    assert harness.restore_consumer.added[-1] == {cl(T01): None, lb(T01): None}
+
+    harness.restore()
+
+    assert task.state is TaskState.RUNNING
+    assert task.stores[COUNTS].get_committed(b"a") == b"2"
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 1}
+
+
+def test_a_task_wiped_at_open_processes_records_once_restored(harness: Harness) -> None:
+    corrupt_counts_store_of(harness, T01)
+    harness.assign(T01)
+    harness.restore()
+
+    events(harness, T01, "a")
+
+    assert dict(harness.manager.tasks[T01].stores[COUNTS].pending()) == {b"a": b"3"}
+
+
+# -- rebalances ----------------------------------------------------------------------
+
+
+def test_on_revoked_commits_then_suspends_every_task_and_stops_its_inputs(
+    harness: Harness,
+) -> None:
+    (t1,) = running(harness, T01)
+    rebalance(harness, T01, T02)  # T02 stays RESTORING: nobody steps the reader
+    t2 = harness.manager.tasks[T02]
+    events(harness, T01, "a")
+    assert t2.state is TaskState.RESTORING
+
+    harness.manager.on_revoked()
+
+    assert t1.stores[COUNTS].get_committed(b"a") == b"1"
+    assert harness.committer.commits == [{ev(T01): 1}]
+    assert (t1.state, t2.state) == (TaskState.SUSPENDED, TaskState.SUSPENDED)
+    assert harness.consumer.assigned == frozenset()
+    assert harness.restore_consumer.assigned == frozenset()
+    assert not harness.manager.restoring()
+    assert not t1.stores[COUNTS].closed  # suspended tasks keep their state open
+
+
+def test_on_assigned_closes_lost_tasks_resumes_kept_ones_and_creates_new_ones(
+    harness: Harness,
+) -> None:
+    t0, t1 = running(harness, T00, T01)
+    events(harness, T00, "a", "b")
+    events(harness, T01, "c")
+
+    rebalance(harness, T01, T02)
+
+    # Lost: closed cleanly, checkpoint written, lock released.
+    assert T00 not in harness.manager.tasks
+    assert t0.state is TaskState.CLOSED
+    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 1}
+    assert harness.state_dir.task_lock_owner(T00) is None
+    assert harness.state_dir.lock_task(T00, "another owner")
+    # Kept: the same task object, running again from the committed offsets.
+    assert harness.manager.tasks[T01] is t1
+    assert t1.state is TaskState.RUNNING
+    assert harness.consumer.assigned == {ev(T01), lb(T01)}
+    assert harness.consumer.positions[ev(T01)] == 1
+    # New: created and restoring.
+    assert harness.manager.tasks[T02].state is TaskState.RESTORING
+    assert harness.restore_consumer.assigned == {cl(T02), lb(T02)}
+    assert harness.metric("worker_tasks", kind="active") == 2
+
+
+def test_a_kept_task_that_was_restoring_goes_back_to_restoring(harness: Harness) -> None:
+    harness.assign(T01)
+    rebalance(harness, T01)
+
+    task = harness.manager.tasks[T01]
+    assert task.state is TaskState.RESTORING
+    assert harness.restore_consumer.assigned == {cl(T01), lb(T01)}
+    assert harness.consumer.assigned == frozenset()
+
+
+def test_close_all_closes_every_task_cleanly_with_checkpoints(harness: Harness) -> None:
+    t0, t1 = running(harness, T00, T01)
+    events(harness, T00, "a")
+    harness.manager.commit()
+
+    harness.manager.close_all(clean=True)
+
+    assert harness.manager.tasks == {}
+    assert (t0.state, t1.state) == (TaskState.CLOSED, TaskState.CLOSED)
+    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 0}
+    assert harness.state_dir.task_lock_owner(T00) is None
+    assert harness.metric("worker_tasks", kind="active") == 0
+
+
+def test_drop_all_dirty_discards_uncommitted_work_and_writes_no_checkpoint(
+    harness: Harness,
+) -> None:
+    (task,) = running(harness, T01)
+    events(harness, T01, "a")
+
+    harness.manager.drop_all_dirty()
+
+    assert task.state is TaskState.CLOSED
+    assert harness.committer.commits == []
+    assert not harness.state_dir.checkpoint_path(T01).exists()
+
+
+# -- offset sums ---------------------------------------------------------------------
+
+
+def test_offset_sums_report_running_restoring_and_unopened_tasks(harness: Harness) -> None:
+    sd = harness.state_dir
+    # An unopened directory with state: reported from its .checkpoint.
+    write_checkpoint(sd.checkpoint_path(T00), {cl(T00): 7, lb(T00): 3})
+    (sd.store_path(T00, COUNTS)).mkdir(parents=True)
+    # A directory holding only a .checkpoint has no state: not reported.
+    write_checkpoint(sd.checkpoint_path(TaskId(0, 3)), {(COUNTS_CHANGELOG, 3): 50})
+    # A restoring task: reported from its stores (here: offsets migrated from a checkpoint).
+    write_checkpoint(sd.checkpoint_path(T02), {cl(T02): 20, lb(T02): 4})
+    running(harness, T01)
+    rebalance(harness, T01, T02)
+    assert harness.manager.tasks[T02].state is TaskState.RESTORING
+
+    assert harness.manager.offset_sums() == {T01: RUNNING_ACTIVE, T02: 24, T00: 10}
+
+
+def test_offset_sums_skip_unopened_directories_with_an_unreadable_checkpoint(
+    harness: Harness,
+) -> None:
+    sd = harness.state_dir
+    sd.checkpoint_path(T00).write_text("garbage")
+    (sd.store_path(T00, COUNTS)).mkdir(parents=True)
+
+    assert harness.manager.offset_sums() == {}

@@ -1,0 +1,120 @@
+"""The task lifecycle state machine: every move in ALLOWED works, every other one raises."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from worker.errors import WorkerError
+from worker.observability import Metrics
+from worker.tasks.state import ALLOWED, IllegalTransition, TaskState, TaskStateMachine
+
+ALLOWED_MOVES = [(src, dst) for src in TaskState for dst in sorted(ALLOWED[src], key=str)]
+FORBIDDEN_MOVES = [(src, dst) for src in TaskState for dst in TaskState if dst not in ALLOWED[src]]
+
+
+def path_to(target: TaskState) -> list[TaskState]:
+    """The shortest list of allowed moves from CREATED to ``target``."""
+    previous: dict[TaskState, TaskState | None] = {TaskState.CREATED: None}
+    queue = deque([TaskState.CREATED])
+    while queue:
+        state = queue.popleft()
+        for nxt in sorted(ALLOWED[state], key=str):
+            if nxt not in previous:
+                previous[nxt] = state
+                queue.append(nxt)
+    steps: list[TaskState] = []
+    at: TaskState | None = target
+    while at is not None and at is not TaskState.CREATED:
+        steps.append(at)
+        at = previous[at]
+    return steps[::-1]
+
+
+def machine_in(state: TaskState, metrics: Metrics) -> TaskStateMachine:
+    machine = TaskStateMachine(structlog.get_logger(), metrics)
+    for step in path_to(state):
+        machine.transition(step)
+    assert machine.state is state
+    return machine
+
+
+def transitions_to(metrics: Metrics, state: TaskState) -> float:
+    value = metrics.registry.get_sample_value("worker_task_transitions_total", {"to": state.value})
+    return 0.0 if value is None else value
+
+
+def test_a_new_task_starts_created() -> None:
+    assert TaskStateMachine(structlog.get_logger(), Metrics()).state is TaskState.CREATED
+
+
+def test_every_state_has_a_row_and_closed_is_terminal() -> None:
+    assert set(ALLOWED) == set(TaskState)
+    assert ALLOWED[TaskState.CLOSED] == frozenset()
+    assert all(TaskState.CLOSED in ALLOWED[s] for s in TaskState if s is not TaskState.CLOSED)
+
+
+@pytest.mark.parametrize(("src", "dst"), ALLOWED_MOVES, ids=lambda s: s.value)
+def test_every_allowed_transition_moves_the_state_and_is_counted(
+    src: TaskState, dst: TaskState
+) -> None:
+    metrics = Metrics()
+    machine = machine_in(src, metrics)
+    before = transitions_to(metrics, dst)
+
+    machine.transition(dst, reason="test")
+
+    assert machine.state is dst
+    assert transitions_to(metrics, dst) == before + 1
+
+
+@pytest.mark.parametrize(("src", "dst"), FORBIDDEN_MOVES, ids=lambda s: s.value)
+def test_every_forbidden_transition_raises_and_changes_nothing(
+    src: TaskState, dst: TaskState
+) -> None:
+    metrics = Metrics()
+    machine = machine_in(src, metrics)
+    before = transitions_to(metrics, dst)
+
+    with (
+        capture_logs() as logs,
+        pytest.raises(IllegalTransition, match=f"{src.value} -> {dst.value}"),
+    ):
+        machine.transition(dst)
+
+    assert machine.state is src
+    assert transitions_to(metrics, dst) == before
+    assert logs == []
+
+
+def test_illegal_transition_is_a_worker_error() -> None:
+    assert issubclass(IllegalTransition, WorkerError)
+
+
+def test_a_transition_is_logged_with_the_bound_task_id_and_the_reason() -> None:
+    with capture_logs() as logs:
+        machine = TaskStateMachine(structlog.get_logger().bind(task_id="0_3"), Metrics())
+        machine.transition(TaskState.RESTORING, reason="assigned")
+
+    assert logs == [
+        {
+            "event": "task.transition",
+            "log_level": "info",
+            "task_id": "0_3",
+            "src": "created",
+            "dst": "restoring",
+            "reason": "assigned",
+        }
+    ]
+
+
+def test_the_corruption_path_leads_back_to_restoring() -> None:
+    machine = machine_in(TaskState.RUNNING, Metrics())
+
+    for state in (TaskState.CORRUPTED, TaskState.WIPED, TaskState.RESTORING, TaskState.RUNNING):
+        machine.transition(state)
+
+    assert machine.state is TaskState.RUNNING
