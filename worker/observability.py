@@ -7,6 +7,7 @@ Names carry the constant ``worker_`` namespace; tasks and stores are labels.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from typing import Any
@@ -47,6 +48,20 @@ def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger().bind(**bound)  # type: ignore[no-any-return]
 
 
+class _TaskGauge:
+    """A gauge labelled by task whose series disappear when the task goes away."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self._gauge = gauge
+
+    def labels(self, task: str) -> Any:
+        return self._gauge.labels(task=task)
+
+    def remove_task(self, task: str) -> None:
+        with contextlib.suppress(KeyError):  # never set: nothing to remove
+            self._gauge.remove(task)
+
+
 class Metrics:
     """Every metric of one worker process, registered on ``registry``."""
 
@@ -66,6 +81,30 @@ class Metrics:
             "worker_restored_records_total",
             "Changelog records restored into local stores",
             ["task", "store"],
+            registry=r,
+        )
+        self.standby_updated_records = Counter(
+            "worker_standby_updated_records_total",
+            "Changelog records applied to standby and warmup copies",
+            ["task", "store"],
+            registry=r,
+        )
+        self.standby_lag = _TaskGauge(
+            Gauge(
+                "worker_standby_lag_records",
+                "Records a standby or warmup task is behind its changelogs",
+                ["task"],
+                registry=r,
+            )
+        )
+        self.warmups_caught_up = Counter(
+            "worker_warmups_caught_up_total",
+            "Warmup tasks that reached acceptable.recovery.lag",
+            registry=r,
+        )
+        self.probing_rebalances = Counter(
+            "worker_probing_rebalances_total",
+            "Rebalances this instance asked for (warmup caught up, probing interval)",
             registry=r,
         )
         self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)

@@ -163,6 +163,8 @@ class _FakeLogs:
         self.high_watermarks: dict[TP, int] = {}
         self.positions: dict[TP, int] = {}
         self.added: list[dict[TP, int | None]] = []  # every add() call, for assertions
+        self.paused: set[TP] = set()
+        self._fetched: set[TP] = set()
         self.closed = False
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> int:
@@ -190,10 +192,21 @@ class _FakeLogs:
     def remove(self, partitions: Iterable[TP]) -> None:
         for tp in list(partitions):
             self.positions.pop(tp, None)
+            self.paused.discard(tp)
 
     @property
     def assigned(self) -> frozenset[TP]:
         return frozenset(self.positions)
+
+    def pause(self, partitions: Iterable[TP]) -> None:
+        self.paused.update(tp for tp in partitions if tp in self.positions)
+
+    def resume(self, partitions: Iterable[TP]) -> None:
+        self.paused.difference_update(partitions)
+
+    def high_watermark(self, partition: TP) -> int | None:
+        """As librdkafka's cached watermark: known once the partition has been fetched."""
+        return self.end_offset(partition) if partition in self._fetched else None
 
     def close(self) -> None:
         self.closed = True
@@ -246,6 +259,9 @@ class FakeRestoreConsumer(_FakeLogs):
         batch = FetchedBatch({}, {})
         taken = 0
         for tp in sorted(self.positions):
+            if tp in self.paused:
+                continue
+            self._fetched.add(tp)
             records = self._take(tp, max_records - taken) if taken < max_records else []
             if records:
                 batch.records[tp] = records

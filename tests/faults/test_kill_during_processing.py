@@ -6,6 +6,7 @@ import pytest
 
 from tests.integration.example_app import PARTITIONS, example_data
 from tests.support.kafka_io import fold, read_partition
+from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
 from worker.assignment.task_id import TaskId
 from worker.examples import payments as app
@@ -47,16 +48,17 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
     settings = {"commit.interval.ms": 200, "bootstrap.servers": own_broker.bootstrap}
     w = worker_factory("victim", settings=settings)
     w.wait_ready(90)
-    data.produce(30000)
-    wait_until(
-        lambda: (
-            w.metric("worker_processed_records_total") > 8000
-            and w.metric("worker_commits_total") >= 3
-        ),
-        60,
-        message="processing well under way",
-    )
-    assert w.kill() == -9
+    data.produce(20000)
+    with SteadyProducer(data, per_tick=500, tick=0.05):  # keeps the worker busy when killed
+        wait_until(
+            lambda: (
+                w.metric("worker_processed_records_total") > 20000
+                and w.metric("worker_commits_total") >= 3
+            ),
+            60,
+            message="processing well under way",
+        )
+        assert w.kill() == -9
 
     _assert_stores_match_their_offsets(
         w.state_dir, worker_factory.application_id, own_broker.bootstrap

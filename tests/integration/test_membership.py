@@ -1,16 +1,20 @@
-"""GroupMember against the real broker: task split, host maps, commits, leaving, fencing.
+"""GroupMember against the real broker: task split, host maps, commits, leaving, fencing,
+standbys, warmups and requested rebalances.
 
-Two or three members live in this one test process, each driven by ``poll`` from the
-test thread inside ``wait_until``. Joins on the test broker take ~3 s per round.
+Two or three members live in this one test process, each driven by ``poll`` from its own
+thread (see ``drive``). Joins on the test broker take ~3 s per round, ~6 s when a member
+leaves and joins again.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.waiting import wait_until
@@ -18,6 +22,7 @@ from worker.assignment.model import Assignment, Subscription
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
 from worker.errors import TaskMigrated
+from worker.kafka.clients import Admin
 from worker.kafka.membership import GroupMember
 from worker.observability import Metrics
 
@@ -26,6 +31,8 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 4
 JOIN_TIMEOUT = 45.0
 ALL_TASKS = frozenset(TaskId(s, p) for s in (0, 1) for p in range(PARTITIONS))
+TP = tuple[str, int]
+EndOffsets = Callable[[Sequence[TP]], dict[TP, int]]
 
 
 class Recorder:
@@ -65,6 +72,18 @@ def source_topics(bootstrap: str) -> dict[int, list[str]]:
     return topics
 
 
+@pytest.fixture(scope="module")
+def changelog_topics(bootstrap: str) -> dict[int, list[str]]:
+    """One store changelog per subtopology (empty: every member is caught up on them)."""
+    suffix = uuid.uuid4().hex[:8]
+    topics = {0: [f"orders-store-{suffix}"], 1: [f"payments-store-{suffix}"]}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [t for group in topics.values() for t in group]
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names]).values():
+        future.result(30)
+    return topics
+
+
 class Group:
     """Members of one fresh group (one application id) and their recorders."""
 
@@ -73,11 +92,10 @@ class Group:
         self.source_topics = source_topics
         self.application_id = f"membership-{uuid.uuid4().hex[:10]}"
         self.members: list[GroupMember] = []
+        self.metrics: dict[str, Metrics] = {}
 
-    def join(
-        self, name: str, prev_active: frozenset[TaskId] = frozenset()
-    ) -> tuple[GroupMember, Recorder]:
-        settings = Settings.model_validate(
+    def settings(self, name: str, **overrides: Any) -> Settings:
+        return Settings.model_validate(
             {
                 "application.id": self.application_id,
                 "bootstrap.servers": self.bootstrap,
@@ -85,15 +103,38 @@ class Group:
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 1000,
                 "max.poll.interval.ms": 10000,
+                **overrides,
             }
         )
+
+    def join(
+        self,
+        name: str,
+        prev_active: frozenset[TaskId] = frozenset(),
+        sums: Mapping[TaskId, int] | None = None,
+        changelog_topics: Mapping[int, Sequence[str]] | None = None,
+        end_offsets: EndOffsets | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> tuple[GroupMember, Recorder]:
+        """A started member named ``name`` (its process id) that reports ``sums`` (default
+        0 for each previous active) and ``prev_active`` at every join."""
+        config = self.settings(name, **(overrides or {}))
         recorder = Recorder()
-        sums = dict.fromkeys(prev_active, -2)
+        reported = dict(sums) if sums is not None else dict.fromkeys(prev_active, 0)
 
         def subscription() -> Subscription:
-            return Subscription(name, settings.endpoint(), sums, prev_active, frozenset())
+            return Subscription(name, config.endpoint(), reported, prev_active, frozenset())
 
-        member = GroupMember(settings, self.source_topics, subscription, recorder, Metrics())
+        metrics = self.metrics[name] = Metrics()
+        member = GroupMember(
+            config,
+            self.source_topics,
+            subscription,
+            recorder,
+            metrics,
+            changelog_topics=changelog_topics,
+            end_offsets=end_offsets,
+        )
         member.start()
         self.members.append(member)
         return member, recorder
@@ -218,9 +259,13 @@ def test_when_a_member_leaves_the_other_revokes_commits_and_gets_every_task(
 
 
 def test_a_stale_members_commit_raises_task_migrated(group: Group) -> None:
-    a = group.join("a")
-    b = group.join("b")
-    drive([a[0], b[0]], lambda: settled([a, b]), "two members to settle")
+    first = group.join("a")
+    second = group.join("b")
+    drive([first[0], second[0]], lambda: settled([first, second]), "two members to settle")
+    # The test broker keeps a departed leader as leader and wedges the group (it never
+    # hands leadership on), so the member that goes stale must be the follower.
+    a, b = (first, second) if first[0].is_leader else (second, first)
+    assert a[0].is_leader and not b[0].is_leader
     stale_generation = b[0].generation
     topic = group.source_topics[0][0]
 
@@ -238,3 +283,119 @@ def test_a_stale_members_commit_raises_task_migrated(group: Group) -> None:
     # subscription, and still refuses the stale commit.
     with pytest.raises(TaskMigrated):
         b[0].commit({(topic, 0): 1})
+
+
+def _roles(pairs: Sequence[tuple[GroupMember, Recorder]], task: TaskId) -> tuple[list[int], ...]:
+    """Which members (by index) hold ``task`` as active, as standby and as warmup."""
+    latest = [recorder.latest for _, recorder in pairs]
+    assert all(a is not None for a in latest)
+    return tuple(
+        [i for i, a in enumerate(latest) if a is not None and task in getattr(a, role)]
+        for role in ("active", "standby", "warmup")
+    )
+
+
+def test_three_members_with_one_standby_hold_every_task_once_as_active_and_once_as_standby(
+    group: Group, changelog_topics: dict[int, list[str]]
+) -> None:
+    def join(name: str) -> tuple[GroupMember, Recorder]:
+        end_offsets = Admin(group.settings(name)).end_offsets  # what the runtime passes
+        return group.join(
+            name,
+            changelog_topics=changelog_topics,
+            end_offsets=end_offsets,
+            overrides={"num.standby.replicas": 1},
+        )
+
+    pairs = [join(name) for name in ("a", "b", "c")]
+    drive([m for m, _ in pairs], lambda: settled(pairs), "three members to settle")
+
+    for task in ALL_TASKS:
+        active, standby, warmup = _roles(pairs, task)
+        assert len(active) == len(standby) == 1, task
+        assert active != standby, task
+        assert warmup == [], task
+    latest = [r.latest for _, r in pairs]
+    assert sorted(len(a.active) for a in latest if a is not None) == [2, 3, 3]
+    assert latest[0] is not None
+    assert latest[0].standby_hosts == {
+        f"{n}:8080": a.standby for n, a in zip("abc", latest, strict=True) if a is not None
+    }
+
+
+def test_a_member_without_state_gets_warmups_while_the_caught_up_owner_keeps_its_tasks(
+    group: Group, changelog_topics: dict[int, list[str]]
+) -> None:
+    ends = 1_000_000
+
+    def end_offsets(partitions: Sequence[TP]) -> dict[TP, int]:
+        return dict.fromkeys(partitions, ends)
+
+    owner = group.join(
+        "a",
+        prev_active=ALL_TASKS,
+        sums=dict.fromkeys(ALL_TASKS, ends),
+        changelog_topics=changelog_topics,
+        end_offsets=end_offsets,
+    )
+    newcomer = group.join("b", changelog_topics=changelog_topics, end_offsets=end_offsets)
+    pairs = [owner, newcomer]
+    drive([owner[0], newcomer[0]], lambda: settled(pairs), "two members to settle")
+
+    kept, warming = owner[1].latest, newcomer[1].latest
+    assert kept is not None and warming is not None
+    assert kept.active == ALL_TASKS
+    assert warming.active == frozenset()
+    assert len(warming.warmup) == 2  # max.warmup.replicas
+    assert warming.standby == ALL_TASKS - warming.warmup  # num.standby.replicas = 1
+    assert newcomer[0].assigned_partitions == frozenset()
+    assert kept.next_probe_ms > 0  # the probe goes to one member only: "a" sorts first
+    assert warming.next_probe_ms == -1
+    assert kept.standby_hosts["b:8080"] == ALL_TASKS  # warmups included
+    assert not kept.standby_hosts.get("a:8080")
+
+
+def _leader_first(pairs: list[tuple[GroupMember, Recorder]]) -> list[tuple[GroupMember, Recorder]]:
+    """The group leader first (it runs ``assign``; the broker quirk is about its rejoin)."""
+    return sorted(pairs, key=lambda pair: not pair[0]._require()._coordinator._is_leader)
+
+
+def _newer(
+    pairs: Sequence[tuple[GroupMember, Recorder]], member: GroupMember, generation: int
+) -> Callable[[], bool]:
+    return lambda: settled(pairs) and member.generation > generation
+
+
+def test_a_requested_rebalance_brings_every_member_into_a_new_generation(group: Group) -> None:
+    pairs = [group.join("a"), group.join("b")]
+    members = [m for m, _ in pairs]
+    drive(members, lambda: settled(pairs), "two members to settle")
+
+    for requester, recorder in _leader_first(pairs):
+        before = requester.generation
+        member_id = requester.member_id
+        revoked = [r.events.count("revoked") for _, r in pairs]
+
+        requester.request_rebalance("test")
+        drive(members, _newer(pairs, requester, before), "a new generation for every member")
+
+        assert requester.member_id != member_id  # it left and joined again
+        assert [r.events.count("revoked") for _, r in pairs] == [n + 1 for n in revoked]
+        assert recorder.latest is not None and len(recorder.latest.active) == 4
+    for name in "ab":
+        registry = group.metrics[name].registry
+        assert registry.get_sample_value("worker_probing_rebalances_total") == 1
+
+
+def test_end_offsets_are_read_from_the_broker_and_unknown_partitions_left_out(
+    group: Group, changelog_topics: dict[int, list[str]]
+) -> None:
+    topic = changelog_topics[0][0]
+    producer = Producer({"bootstrap.servers": group.bootstrap})
+    for i in range(3):  # one record per batch: ListOffsets is right for those here
+        producer.produce(topic, value=b"v%d" % i, partition=1)
+        producer.flush(10)
+
+    found = Admin(group.settings("a")).end_offsets([(topic, 1), (topic, 2), ("no-such-topic", 0)])
+
+    assert found == {(topic, 1): 3, (topic, 2): 0}

@@ -7,9 +7,16 @@ a higher version raises :class:`UnsupportedVersion` naming both versions. The su
 also carries ``latest_supported`` (Kafka Streams' ``latestSupportedVersion``) so a future
 leader can pick a version every member understands (version probing).
 
-Offset-sum sentinels follow Kafka Streams (reference/kafka-streams-state.md §4.2):
-``LATEST_OFFSET`` (-2) marks a running, caught-up active; ``UNKNOWN_OFFSET_SUM`` (-3) a task
-whose local state exists but whose offsets are unknown.
+Offset sums. ``task_offset_sums[task]`` is the sum, over the task's changelog partitions,
+of the member's next position in each (stored offset + 1; 0 for a partition with no stored
+offset), reported for EVERY task the member holds state for, running actives included.
+Kafka Streams reports its running actives as ``LATEST_OFFSET`` (-2) instead
+(reference/kafka-streams-state.md §4.2); real numbers let the leader rank every copy of a
+task, and the leader needs no sentinel to know an active is caught up: it treats every
+task in ``prev_active`` as lag 0 (:mod:`worker.assignment.lags`). ``prev_active`` lists the
+tasks the member runs as active now, ``prev_standby`` those it holds as standby or
+warmup. ``LATEST_OFFSET`` and ``UNKNOWN_OFFSET_SUM`` (-3) stay defined for compatibility:
+a negative sum still decodes, and the leader counts it as no report.
 """
 
 from __future__ import annotations
@@ -64,8 +71,8 @@ def _hosts(hosts: Mapping[str, Iterable[TaskId]]) -> Mapping[str, frozenset[Task
 class Subscription:
     """One member's report at each join: who it is and what local state it holds.
 
-    ``task_offset_sums`` maps a task to the sum of the changelog offsets stored locally for
-    it (``LATEST_OFFSET`` for a running active). Collections are frozen on construction.
+    ``task_offset_sums`` maps a task to the sum of the member's next positions in its
+    changelogs (see the module doc). Collections are frozen on construction.
     """
 
     process_id: str
@@ -122,10 +129,13 @@ class Assignment:
     """What the leader decided for one member, plus routing metadata for the whole group.
 
     ``active_hosts``/``standby_hosts`` map each instance's endpoint (host:port) to the
-    tasks it hosts, for interactive-query routing. ``next_probe_ms`` is the wall-clock
-    time (ms) of the next probing rebalance, ``NO_PROBE`` (-1) for none. ``generation``
-    is the group generation the assignment belongs to; it is filled in by the member that
-    receives it and never encoded (the broker already says which generation it is).
+    tasks it hosts, for interactive-query routing (``standby_hosts`` includes warmups);
+    ``warmup`` holds standbys placed where the leader wants the active once they have
+    caught up. ``next_probe_ms`` is the wall-clock time (ms) at which this member should
+    ask for a probing rebalance, ``NO_PROBE`` (-1) for none; the leader sets it on exactly
+    one member per group. ``generation`` is the group generation the assignment belongs
+    to; it is filled in by the member that receives it and never encoded (the broker
+    already says which generation it is).
     """
 
     active: frozenset[TaskId]

@@ -502,7 +502,7 @@ def _log_findings(path: Path) -> tuple[Counter[str], int]:
     return findings, other
 
 
-_ROW = "{:<10} {:>9} {:>12} {:>7} {:>8} {:>10}  {}"
+_ROW = "{:<10} {:>9} {:>7} {:>8} {:>7} {:>8} {:>10}  {}"
 
 
 def _summarise(
@@ -526,7 +526,7 @@ def _summarise(
         print(f"processing:         NOT caught up {DRAIN_TIMEOUT:.0f}s after the last payment")
     else:
         print(f"processing:         caught up {drained_in:.1f}s after the last payment")
-    print(_ROW.format("", "processed", "active tasks", "commits", "restored", "rebalances",
+    print(_ROW.format("", "processed", "active", "standby", "commits", "restored", "rebalances",
                       "log warnings/errors"))  # fmt: skip
     for w in workers:
         m = w.last
@@ -539,6 +539,7 @@ def _summarise(
                 w.name,
                 m.total("worker_processed_records_total"),
                 m.total("worker_tasks", kind="active"),
+                m.total("worker_tasks", kind="standby"),
                 m.total("worker_commits_total"),
                 m.total("worker_restored_records_total"),
                 m.total("worker_rebalances_total"),

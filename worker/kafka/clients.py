@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import confluent_kafka as ck
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from worker.config import Settings
 from worker.errors import FatalError, KafkaUnavailable, WorkerError
@@ -98,6 +98,37 @@ class Admin:
                     raise FatalError(f"cannot create topic {name}: {exc.args[0]}") from exc
         return created
 
+    def end_offsets(self, partitions: Sequence[TP], timeout: float = 5.0) -> dict[TP, int]:
+        """Log-end offset (ListOffsets latest, read_uncommitted) of each partition.
+
+        For the group leader's lag estimate. Partitions that fail (unknown topic, timeout)
+        are left out rather than failing the rest. On the test broker the answer is too
+        low after multi-record batches (platform-facts.md): callers must treat it as a
+        lower bound. Raises KafkaUnavailable when the request cannot be made at all.
+        """
+        wanted = {
+            ck.TopicPartition(t, p): OffsetSpec.latest() for t, p in dict.fromkeys(partitions)
+        }
+        if not wanted:
+            return {}
+        try:
+            futures = self._admin.list_offsets(
+                wanted,
+                isolation_level=ck.IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=timeout,
+            )
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise KafkaUnavailable(f"cannot list end offsets: {exc}") from exc
+        found: dict[TP, int] = {}
+        for tp, future in futures.items():
+            try:
+                offset = future.result(timeout).offset
+            except (ck.KafkaException, TimeoutError):
+                continue
+            if offset >= 0:
+                found[(tp.topic, tp.partition)] = int(offset)
+        return found
+
 
 @dataclass(slots=True)
 class FetchedBatch:
@@ -133,6 +164,31 @@ class _PositionedConsumer:
     @property
     def assigned(self) -> frozenset[TP]:
         return frozenset(self._assigned)
+
+    def pause(self, partitions: Iterable[TP]) -> None:
+        """Stop fetching these partitions (their positions are kept)."""
+        parts = [ck.TopicPartition(t, p) for t, p in partitions if (t, p) in self._assigned]
+        if parts:
+            self._consumer.pause(parts)
+
+    def resume(self, partitions: Iterable[TP]) -> None:
+        parts = [ck.TopicPartition(t, p) for t, p in partitions if (t, p) in self._assigned]
+        if parts:
+            self._consumer.resume(parts)
+
+    def high_watermark(self, partition: TP) -> int | None:
+        """The end of ``partition`` as the last fetch response reported it (no request).
+
+        The fetch path's high watermark is right on every broker, unlike ListOffsets on
+        the test broker (platform-facts.md). None until a fetch has reported it.
+        """
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                ck.TopicPartition(*partition), cached=True
+            )
+        except ck.KafkaException:
+            return None
+        return None if high is None or high < 0 else int(high)
 
     def close(self) -> None:
         self._consumer.close()

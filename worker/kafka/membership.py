@@ -14,6 +14,17 @@ right after ``on_revoked`` has run, never behind the runtime's back (with
 ``KafkaConsumer.poll`` the IO thread could start the JoinGroup before the runtime
 committed). The private ``_coordinator`` handle is used for that and for batched offset
 fetches; kafka-python is pinned to 3.x in pyproject.toml.
+
+Asking for a rebalance (:meth:`GroupMember.request_rebalance`, KIP-441's probing
+rebalance). Kafka Streams calls ``enforceRebalance``; kafka-python has no public
+equivalent, and its ``request_rejoin`` is not enough here: on the test broker a rejoin
+without a membership change is answered with the previous assignment and generation
+(platform-facts.md), so the leader never plans again. The member therefore leaves and
+joins again (``unsubscribe()`` then ``subscribe()``, a new member id), a membership
+change that every broker answers with a full rebalance. Under the eager protocol this
+costs nothing extra: every member revokes all its tasks on any rebalance anyway. (A
+static member, ``group.instance.id``, sends no LeaveGroup; Kafka rebalances on its
+rejoin because its subscription user data changed.)
 """
 
 from __future__ import annotations
@@ -27,9 +38,10 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment import planner
 from worker.assignment.model import Assignment, Subscription
+from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import FatalError, KafkaUnavailable, TaskMigrated, WorkerError
-from worker.kafka.task_assignor import TaskAssignor
+from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.observability import Metrics, get_logger
 
 TP = tuple[str, int]
@@ -105,6 +117,16 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+def planner_config(settings: Settings) -> planner.PlannerConfig:
+    """The leader's KIP-441 knobs from our settings."""
+    return planner.PlannerConfig(
+        num_standby_replicas=settings.num_standby_replicas,
+        max_warmup_replicas=settings.max_warmup_replicas,
+        acceptable_recovery_lag=settings.acceptable_recovery_lag,
+        probing_rebalance_interval_ms=settings.probing_rebalance_interval_ms,
+    )
+
+
 def translate(exc: Exception) -> WorkerError:
     """Classify a kafka-python error by what the caller must do (the one place this happens)."""
     if isinstance(exc, _MIGRATED):
@@ -129,7 +151,14 @@ class GroupMember:
         subscription: Callable[[], Subscription],
         listener: RebalanceListener,
         metrics: Metrics,
+        changelog_topics: Mapping[int, Sequence[str]] | None = None,
+        end_offsets: EndOffsets | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """``changelog_topics`` (subtopology -> its stores' changelog topics) and
+        ``end_offsets`` (log-end offset per partition; may raise or answer partially) feed
+        the leader's lag computation; ``clock`` gives the leader's wall clock for the
+        probing time. See :class:`TaskAssignor`."""
         self._settings = settings
         self._topics = sorted({t for topics in source_topics.values() for t in topics})
         self._subscription = subscription
@@ -137,17 +166,19 @@ class GroupMember:
         self._metrics = metrics
         self._assignor = TaskAssignor(
             source_topics,
-            planner.PlannerConfig(
-                settings.num_standby_replicas,
-                settings.max_warmup_replicas,
-                settings.acceptable_recovery_lag,
-            ),
+            planner_config(settings),
+            changelog_topics=changelog_topics,
+            end_offsets=end_offsets,
+            clock=clock,
         )
         self._log = get_logger(component="membership", group=settings.application_id)
         self._consumer: KafkaConsumer | None = None
         self._holding = False  # the listener holds an assignment it has not given back
         self._joining = False  # on_revoked ran and the subscription is sent; join under way
         self._closed = False
+        # Why a rebalance was asked for; cleared once a subscription snapshot taken after
+        # the request has been sent (that rebalance carries what the request was about).
+        self._rebalance_reason: str | None = None
         # The broker's rebalance timeout is max.poll.interval.ms; a join never takes longer.
         self._join_timeout_ms = settings.max_poll_interval_ms + settings.session_timeout_ms
 
@@ -180,6 +211,11 @@ class GroupMember:
         return self._group_metadata()[1]
 
     @property
+    def is_leader(self) -> bool:
+        """Whether this member planned the current generation (kafka-python tracks it)."""
+        return self._consumer is not None and bool(self._consumer._coordinator._is_leader)
+
+    @property
     def assigned_partitions(self) -> frozenset[TP]:
         """What the group gave this member: exactly the source partitions of its actives."""
         if self._consumer is None:
@@ -198,7 +234,9 @@ class GroupMember:
         new assignment arrives. The rebalance protocol, in order:
 
         1. A rejoin is needed (a member came or went, we were thrown out, metadata
-           changed): if the listener holds an assignment, ``on_revoked()``.
+           changed, or :meth:`request_rebalance` asked for one): if the listener holds
+           an assignment, ``on_revoked()``. For a requested one, then leave the group
+           and subscribe again (module doc).
         2. Snapshot ``subscription()`` for the JoinGroup user data.
         3. Join and sync (over as many ``poll`` calls as it takes).
         4. Pause every assigned partition, then ``on_assigned(assignment)``.
@@ -210,6 +248,10 @@ class GroupMember:
         consumer = self._require()
         coordinator = consumer._coordinator
         try:
+            if self._rebalance_reason is not None and not (
+                self._joining or coordinator.need_rejoin()
+            ):
+                self._leave_and_rejoin(consumer)
             if coordinator.need_rejoin():
                 self._prepare_join()
                 coordinator.poll(timeout_ms=max(timeout_ms, self._join_timeout_ms))
@@ -220,6 +262,22 @@ class GroupMember:
         assignment = self._assignor.take()
         if assignment is not None:
             self._deliver(consumer, assignment)
+
+    def request_rebalance(self, reason: str) -> None:
+        """Ask the whole group to rebalance, carried out at the next :meth:`poll`.
+
+        For KIP-441 probing: a warmup caught up, or the probing time came. ``poll`` then
+        revokes (``on_revoked``), leaves the group and joins again with a fresh
+        subscription snapshot, which every broker answers with a full rebalance (module
+        doc). Idempotent until then (the latest reason is logged). A rebalance that starts
+        anyway before that takes its snapshot after the request and so satisfies it; a
+        request made while a join is under way waits for that join to finish. Ignored once
+        closed. Counts ``worker_probing_rebalances_total`` when carried out.
+        """
+        if self._closed:
+            return
+        self._rebalance_reason = reason
+        self._log.info("membership.rebalance_requested", reason=reason)
 
     def commit(self, offsets: Mapping[TP, int], timeout_ms: int | None = None) -> None:
         """Synchronously commit next-offsets-to-consume, fenced by the current generation.
@@ -286,13 +344,32 @@ class GroupMember:
         """Steps 1 and 2 of the protocol, once per rebalance."""
         if self._joining:
             return
+        self._revoke()
+        self._assignor.set_subscription(self._subscription())
+        self._rebalance_reason = None  # this join carries everything the request was about
+        self._joining = True
+        self._log.info("membership.joining")
+
+    def _revoke(self) -> None:
+        """Step 1: give the assignment back while still in the old generation (eager)."""
         if self._holding:
             self._holding = False
             self._log.info("membership.revoking", generation=self.generation)
             self._listener.on_revoked()
-        self._assignor.set_subscription(self._subscription())
-        self._joining = True
-        self._log.info("membership.joining")
+
+    def _leave_and_rejoin(self, consumer: KafkaConsumer) -> None:
+        """A requested rebalance: revoke, leave, subscribe again (module doc).
+
+        Revoking comes first so the listener still commits in the old generation. The
+        request stays pending until ``_prepare_join`` takes the new snapshot, so a failure
+        here is retried at the next ``poll``.
+        """
+        reason = self._rebalance_reason
+        self._revoke()
+        self._log.info("membership.leaving_to_rebalance", reason=reason, member_id=self.member_id)
+        consumer.unsubscribe()
+        consumer.subscribe(topics=self._topics)
+        self._metrics.probing_rebalances.inc()
 
     def _deliver(self, consumer: KafkaConsumer, assignment: Assignment) -> None:
         """Step 4: make sure nothing is ever fetched, then hand the assignment over."""

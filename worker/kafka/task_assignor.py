@@ -6,12 +6,26 @@ It holds no Kafka connection and decides nothing itself: the leader's decision i
 pure planner's, and this module only translates between kafka-python's protocol objects,
 our versioned user data (:mod:`worker.assignment.model`) and tasks. Only ``worker.kafka``
 imports kafka-python.
+
+The leader's round, in order (reference/kafka-streams-state.md §4.4-4.5):
+
+1. Tasks from the cluster metadata; clients from the subscriptions.
+2. Each task's changelog partitions (partition ``p`` of each changelog topic of its
+   subtopology) and their end offsets from the injected ``end_offsets`` source. Any
+   failure there is logged and counts as "unknown": lags then fall back to the members'
+   own reports (:mod:`worker.assignment.lags`), so a slow admin request never fails the
+   rebalance.
+3. Lags per client and task, then :func:`planner.plan` with the leader's wall clock.
+4. Per member: actives (whose source partitions are the member's assigned partitions),
+   standbys, warmups, the group's host maps (standby hosts include warmups), and
+   ``next_probe_ms`` for exactly one member (the lowest client key) when warmups need a
+   probing rebalance, so the group probes once, not once per member.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
@@ -20,12 +34,17 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolSubscription,
 )
 
-from worker.assignment import planner
+from worker.assignment import lags, planner
 from worker.assignment.model import NO_PROBE, Assignment, Subscription, UserDataError
 from worker.assignment.task_id import TaskId
+from worker.clock import Clock, SystemClock
 from worker.observability import get_logger
 
 ASSIGNOR_NAME = "worker-tasks"
+
+TP = tuple[str, int]
+# The log-end offset of each partition; may raise or leave partitions out (unknown).
+EndOffsets = Callable[[Sequence[TP]], Mapping[TP, int]]
 
 
 class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
@@ -39,8 +58,21 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     name = ASSIGNOR_NAME
     version = 0
 
-    def __init__(self, source_topics: Mapping[int, Sequence[str]], config: planner.PlannerConfig):
+    def __init__(
+        self,
+        source_topics: Mapping[int, Sequence[str]],
+        config: planner.PlannerConfig,
+        changelog_topics: Mapping[int, Sequence[str]] | None = None,
+        end_offsets: EndOffsets | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """``changelog_topics``: subtopology -> its stores' changelog topics (none: stateless).
+        ``end_offsets`` is only called on the leader, inside ``assign``; without it every
+        lag is estimated from the members' reports."""
         self._source_topics = {s: tuple(topics) for s, topics in source_topics.items()}
+        self._changelog_topics = {s: tuple(t) for s, t in (changelog_topics or {}).items()}
+        self._end_offsets = end_offsets
+        self._clock = clock if clock is not None else SystemClock()
         self._config = config
         self._log = get_logger(component="membership")
         self._lock = threading.Lock()
@@ -78,7 +110,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         return received
 
     def assign(self, cluster: Any, members: Sequence[Any]) -> dict[str, ConsumerProtocolAssignment]:
-        """Leader: tasks from the cluster metadata, clients from the subscriptions, then plan."""
+        """Leader (IO thread): the round in the module doc. Never raises for bad user data."""
         partitions = {
             topic: frozenset(cluster.partitions_for_topic(topic) or ())
             for topics in self._source_topics.values()
@@ -87,16 +119,18 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         tasks = self._tasks(partitions)
         subscriptions = {m.member_id: self._decode(m.member_id, m.metadata) for m in members}
         keys = _client_keys(subscriptions)
-        clients = {
-            keys[member]: planner.ClientState(
-                keys[member], sub.prev_active, sub.prev_standby, sub.task_offset_sums
-            )
-            for member, sub in subscriptions.items()
-        }
-        result = planner.plan(tasks, clients, self._config)
+        result = self._plan(tasks, {keys[m]: sub for m, sub in subscriptions.items()})
         active_hosts = _hosts(result.active, subscriptions, keys)
-        standby_hosts = _hosts(result.standby, subscriptions, keys)
-        self._log.info("membership.assign", members=len(members), tasks=len(tasks))
+        standby_hosts = _hosts(_merge(result.standby, result.warmup), subscriptions, keys)
+        prober = min(keys.values(), default="")
+        self._log.info(
+            "membership.assign",
+            members=len(members),
+            tasks=len(tasks),
+            standbys=sum(map(len, result.standby.values())),
+            warmups=sum(map(len, result.warmup.values())),
+            next_probe_ms=result.next_probe_ms,
+        )
         assignments = {}
         for member in subscriptions:
             key = keys[member]
@@ -106,11 +140,52 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 result.warmup[key],
                 active_hosts,
                 standby_hosts,
-                NO_PROBE,
+                result.next_probe_ms if key == prober else NO_PROBE,
             ).encode()
             owned = self._partitions(result.active[key], partitions)
             assignments[member] = ConsumerProtocolAssignment(self.version, owned, user_data)
         return assignments
+
+    def _plan(
+        self, tasks: Sequence[TaskId], subscriptions: Mapping[str, Subscription]
+    ) -> planner.Plan:
+        """Steps 2 and 3: end offsets, lags, then the pure planner."""
+        per_task = lags.changelog_partitions(tasks, self._changelog_topics)
+        ends = self._fetch_end_offsets(per_task)
+        lag = lags.task_lags(tasks, per_task, ends, subscriptions)
+        clients = {
+            key: planner.ClientState(key, sub.prev_active, sub.prev_standby, lag[key])
+            for key, sub in subscriptions.items()
+        }
+        stateless = frozenset(t for t, parts in per_task.items() if not parts)
+        now_ms = int(self._clock.wall() * 1000)
+        return planner.plan(tasks, clients, self._config, now_ms, stateless)
+
+    def _fetch_end_offsets(self, per_task: Mapping[TaskId, Sequence[TP]]) -> dict[TP, int]:
+        """Log-end offsets of every changelog partition we could learn; the rest are unknown."""
+        wanted = sorted({tp for parts in per_task.values() for tp in parts})
+        if not wanted or self._end_offsets is None:
+            return {}
+        fallback = "highest offset sum the members report"
+        try:
+            found = self._end_offsets(wanted)
+        except Exception as exc:  # any failure only makes lags estimates: never fail the join
+            self._log.warning(
+                "membership.end_offsets_failed",
+                error=repr(exc),
+                partitions=len(wanted),
+                fallback=fallback,
+            )
+            return {}
+        known = {tp: int(found[tp]) for tp in wanted if tp in found}
+        if len(known) < len(wanted):
+            self._log.warning(
+                "membership.end_offsets_missing",
+                missing=len(wanted) - len(known),
+                partitions=len(wanted),
+                fallback=fallback,
+            )
+        return known
 
     def _tasks(self, partitions: Mapping[str, frozenset[int]]) -> list[TaskId]:
         """One task per partition of each subtopology; the widest source topic decides."""
@@ -173,3 +248,12 @@ def _hosts(
         if sub.endpoint:
             hosts[sub.endpoint] = hosts.get(sub.endpoint, frozenset()) | tasks_by_key[keys[member]]
     return hosts
+
+
+def _merge(
+    first: Mapping[str, frozenset[TaskId]], second: Mapping[str, frozenset[TaskId]]
+) -> dict[str, frozenset[TaskId]]:
+    """Union per key (standbys and warmups both count as standby hosts for routing)."""
+    return {
+        key: first.get(key, frozenset()) | second.get(key, frozenset()) for key in {*first, *second}
+    }

@@ -98,6 +98,13 @@ class BuiltTopology:
     def source_topics_by_subtopology(self) -> dict[int, tuple[str, ...]]:
         return {st.id: st.source_topics for st in self.subtopologies}
 
+    def changelog_topics_by_subtopology(self, application_id: str) -> dict[int, tuple[str, ...]]:
+        """subtopology -> the changelog topics of its stores (tables: their source topic)."""
+        return {
+            st.id: tuple(spec.changelog(application_id) for spec in st.stores)
+            for st in self.subtopologies
+        }
+
     def sink_topics(self) -> set[str]:
         return {sink.topic for st in self.subtopologies for sink in st.sinks}
 

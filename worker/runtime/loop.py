@@ -16,6 +16,7 @@ from worker.errors import TaskMigrated
 from worker.kafka.clients import DataConsumer, RecordCollector
 from worker.kafka.membership import GroupMember
 from worker.observability import Metrics, get_logger
+from worker.runtime.probing import ProbeScheduler
 from worker.tasks.manager import TaskManager
 
 CONSUME_BATCH = 2000
@@ -45,6 +46,7 @@ class ProcessingLoop:
         self._commit_interval = settings.commit_interval_ms / 1000.0
         self._max_uncommitted = settings.statestore_uncommitted_max_bytes
         self.on_iteration: Callable[[], None] = lambda: None
+        self.probes = ProbeScheduler(settings.acceptable_recovery_lag, clock, metrics)
 
     def run(self) -> None:
         """Iterate until the stop event is set. Raises fatal errors to the worker."""
@@ -52,9 +54,10 @@ class ProcessingLoop:
         poll_s = self._settings.poll_ms / 1000.0
         while not self._stop.is_set():
             manager = self._manager
-            busy = manager.restoring() or bool(self._consumer.assigned)
+            reading = manager.reading_changelogs()
+            busy = reading or bool(self._consumer.assigned)
             self._member.poll(timeout_ms=0 if busy else self._settings.poll_ms)
-            if manager.restoring():
+            if reading:
                 manager.restore_step(timeout=0.0 if self._consumer.assigned else poll_s)
             messages = self._consumer.consume(CONSUME_BATCH, 0.0 if manager.restoring() else poll_s)
             if messages:
@@ -64,6 +67,7 @@ class ProcessingLoop:
             if now - last_commit >= self._commit_interval or self._over_memory_bound():
                 self._commit()
                 last_commit = now
+            self.probes.check(manager, self._member)
             self.on_iteration()
 
     def _over_memory_bound(self) -> bool:

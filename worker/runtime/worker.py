@@ -22,11 +22,13 @@ from worker.kafka.topics import prepare_topics
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.loop import ProcessingLoop
+from worker.runtime.probing import ProbeScheduler
 from worker.runtime.status import Status, TaskStatus, WorkerState, WorkerStateMachine
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.tasks.manager import TaskManager
+from worker.tasks.state import TaskRole
 from worker.tasks.task import TaskContext
 
 
@@ -53,6 +55,7 @@ class Worker:
         self.http: HttpServer | None = None
         self._manager: TaskManager | None = None
         self._assigned = False
+        self._probes: ProbeScheduler | None = None
 
     # -- control from other threads (signal handlers) --------------------------------
 
@@ -103,15 +106,18 @@ class Worker:
 
     def _run_with_clients(self, state_dir: StateDirectory) -> int:
         settings = self.settings
+        admin = Admin(settings)
         prepare_topics(
-            Admin(settings), self.topology, settings.application_id, settings.internal_topics_create
+            admin, self.topology, settings.application_id, settings.internal_topics_create
         )
         collector = RecordCollector(settings)
         consumer = DataConsumer(settings)
         restore_consumer = RestoreConsumer(settings)
         env = RocksDBEnv(settings.rocksdb_memory_bytes)
         ctx = TaskContext(settings, state_dir, env, collector, self.metrics, self.clock)
-        reader = ChangelogReader(restore_consumer, self.metrics, settings.restore_batch_records)
+        reader = ChangelogReader(
+            restore_consumer, self.metrics, settings.restore_batch_records, self.clock
+        )
         listener = _Listener(self)
         member = GroupMember(
             settings,
@@ -119,6 +125,9 @@ class Worker:
             lambda: self._subscription(state_dir),
             listener,
             self.metrics,
+            changelog_topics=self.topology.changelog_topics_by_subtopology(settings.application_id),
+            end_offsets=admin.end_offsets,
+            clock=self.clock,
         )
         manager = TaskManager(self.topology, ctx, reader, consumer, member)
         manager.on_change = self._publish
@@ -127,6 +136,7 @@ class Worker:
             settings, manager, member, consumer, collector, self.clock, self._stop, self.metrics
         )
         loop.on_iteration = self._on_iteration
+        self._probes = loop.probes
         clean = False
         try:
             member.start()
@@ -176,6 +186,8 @@ class Worker:
     def _on_assigned(self, assignment: Assignment) -> None:
         assert self._manager is not None
         self._manager.on_assigned(assignment)
+        if self._probes is not None:
+            self._probes.on_assignment(assignment)
         self._assigned = True
 
     def _on_revoked(self) -> None:
@@ -192,14 +204,16 @@ class Worker:
 
     def _subscription(self, state_dir: StateDirectory) -> Subscription:
         manager = self._manager
-        sums = manager.offset_sums() if manager is not None else {}
-        active = frozenset(manager.tasks) if manager is not None else frozenset()
+        if manager is None:
+            return Subscription(
+                state_dir.process_id, self.settings.endpoint(), {}, frozenset(), frozenset()
+            )
         return Subscription(
             process_id=state_dir.process_id,
             endpoint=self.settings.endpoint(),
-            task_offset_sums=sums,
-            prev_active=active,
-            prev_standby=frozenset(),
+            task_offset_sums=manager.offset_sums(),
+            prev_active=manager.tasks_by_role(TaskRole.ACTIVE),
+            prev_standby=manager.tasks_by_role(TaskRole.STANDBY, TaskRole.WARMUP),
         )
 
 

@@ -1,10 +1,19 @@
-"""The changelog reader: brings active tasks' stores up to the end of their changelogs.
+"""The changelog reader: restores active tasks' stores and keeps standby copies current.
 
-Restore reads from each store's stored offset + 1 to the end of the changelog in large
-batches; each batch is written to RocksDB together with its last offset, so a crash
-during restore resumes where it stopped. "The end" is the high watermark carried by the
-fetch path (the partition-EOF event), never ListOffsets alone (platform-facts: the test
-broker's ListOffsets is wrong for multi-record batches).
+Two kinds of registration share one restore consumer:
+
+- an *active restore* reads from each store's stored offset + 1 to the end of the
+  changelog and then completes, handing the task back to processing;
+- a *standby update* (standbys and warmups) tails the changelog for as long as the task
+  is registered and never completes; its lag is what the assignor's catch-up decisions
+  and ``worker_standby_lag_records`` rest on.
+
+Every batch is written to RocksDB together with its last offset, so a crash during a
+restore or update resumes where it stopped. "The end" is the high watermark carried by
+the fetch path (the partition-EOF event, or the watermark cached from the last fetch),
+never ListOffsets alone (platform-facts: the test broker's ListOffsets is wrong for
+multi-record batches). While any active restores, standby partitions are paused so the
+task that blocks processing gets the whole fetch budget.
 
 The processing loop drives it with ``step()``; each call does a bounded amount of work so
 group heartbeats and commits of running tasks continue while other tasks restore.
@@ -12,9 +21,10 @@ group heartbeats and commits of running tasks continue while other tasks restore
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
+from worker.assignment.task_id import TaskId
+from worker.clock import Clock, SystemClock
 from worker.kafka.clients import RestoreConsumer
 from worker.observability import Metrics, get_logger
 from worker.state.store import Store
@@ -27,91 +37,159 @@ TP = tuple[str, int]
 class _Changelog:
     task: Task
     store: Store
-    start: int | None
-    restored: int = 0
-    done: bool = False
+    position: int  # the next offset this store needs
+    standby: bool
+    applied: int = 0
+    at_end: bool = False
+    end: int | None = None  # the last end (high watermark) seen for this partition
 
 
 @dataclass
-class _Restoring:
+class _Registration:
     task: Task
+    standby: bool
+    started: float
     partitions: set[TP] = field(default_factory=set)
-    started: float = field(default_factory=time.monotonic)
 
 
 class ChangelogReader:
-    """Restores registered tasks; not thread-safe (runs on the processing thread)."""
+    """Restores and updates registered tasks; not thread-safe (runs on the processing thread)."""
 
-    def __init__(self, consumer: RestoreConsumer, metrics: Metrics, batch_records: int) -> None:
+    def __init__(
+        self,
+        consumer: RestoreConsumer,
+        metrics: Metrics,
+        batch_records: int,
+        clock: Clock | None = None,
+    ) -> None:
         self._consumer = consumer
         self._metrics = metrics
         self._batch = batch_records
+        self._clock = clock or SystemClock()
         self._changelogs: dict[TP, _Changelog] = {}
-        self._tasks: dict[object, _Restoring] = {}
+        self._tasks: dict[TaskId, _Registration] = {}
+        self._standbys_paused = False
         self._log = get_logger(component="changelog_reader")
 
-    def register(self, task: Task) -> None:
-        """Start restoring every store of ``task`` from its stored offset."""
+    def register(self, task: Task, standby: bool = False) -> None:
+        """Start restoring (active) or tailing (standby) every store of ``task``."""
         positions = task.restore_positions()
         stores = task.store_for_changelog()
-        entry = _Restoring(task, set(positions))
+        entry = _Registration(task, standby, self._clock.monotonic(), set(positions))
         for tp, start in positions.items():
-            self._changelogs[tp] = _Changelog(task, stores[tp], start)
+            self._changelogs[tp] = _Changelog(task, stores[tp], start or 0, standby)
         self._tasks[task.id] = entry
         self._consumer.add(positions)
-        task.log.info("restore.start", positions={f"{t}-{p}": o for (t, p), o in positions.items()})
+        if standby and self._standbys_paused:
+            self._consumer.pause(positions)
+        event = "standby.start" if standby else "restore.start"
+        task.log.info(event, positions={f"{t}-{p}": o for (t, p), o in positions.items()})
 
     def unregister(self, task: Task) -> None:
-        """Stop restoring ``task`` (closed or revoked mid-restore); progress so far is kept."""
+        """Stop reading for ``task`` (closed, revoked or recycled); progress so far is kept."""
         entry = self._tasks.pop(task.id, None)
         if entry is None:
             return
         self._consumer.remove(entry.partitions)
         for tp in entry.partitions:
             self._changelogs.pop(tp, None)
+        if entry.standby:
+            self._metrics.standby_lag.remove_task(str(task.id))
 
     def restoring(self) -> bool:
+        """True while some active task is still restoring."""
+        return any(not entry.standby for entry in self._tasks.values())
+
+    def has_work(self) -> bool:
         return bool(self._tasks)
 
     def step(self, timeout: float) -> list[Task]:
-        """Fetch and apply one batch; return the tasks whose stores reached the end."""
+        """Fetch and apply one batch; return the active tasks whose stores reached the end."""
         if not self._tasks:
             return []
+        self._prioritise_actives()
         batch = self._consumer.fetch(self._batch, timeout)
         for tp, records in batch.records.items():
             changelog = self._changelogs.get(tp)
             if changelog is not None:
                 self._apply(tp, changelog, records)
-        for tp in batch.end_offsets:
+        for tp, end in batch.end_offsets.items():
             changelog = self._changelogs.get(tp)
             if changelog is not None:
-                changelog.done = True
+                changelog.at_end = True
+                changelog.end = end
+                changelog.position = max(changelog.position, end)
+        self._publish_lags()
         return self._finish_completed()
+
+    def lag(self, task_id: TaskId) -> int | None:
+        """Records a registered task's stores are behind their changelogs; None if unknown."""
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            return None
+        total = 0
+        for tp in entry.partitions:
+            changelog = self._changelogs[tp]
+            end = self._current_end(tp, changelog)
+            if end is None:
+                return None
+            total += max(0, end - changelog.position)
+        return total
+
+    def _current_end(self, tp: TP, changelog: _Changelog) -> int | None:
+        cached = self._consumer.high_watermark(tp)
+        ends = [e for e in (cached, changelog.end) if e is not None]
+        return max(ends) if ends else None
+
+    def _prioritise_actives(self) -> None:
+        pause = self.restoring()
+        if pause == self._standbys_paused:
+            return
+        standby = [tp for tp, c in self._changelogs.items() if c.standby]
+        if pause:
+            self._consumer.pause(standby)
+        else:
+            self._consumer.resume(standby)
+        self._standbys_paused = pause
 
     def _apply(
         self, tp: TP, changelog: _Changelog, records: list[tuple[int, bytes | None, bytes | None]]
     ) -> None:
         # Null keys cannot address a store entry; Kafka Streams skips them too.
         pairs = [(key, value) for _, key, value in records if key is not None]
-        changelog.store.apply_restored(pairs, {tp: records[-1][0]})
-        changelog.restored += len(pairs)
-        changelog.done = False
-        self._metrics.restored_records.labels(
-            task=str(changelog.task.id), store=changelog.store.name
-        ).inc(len(pairs))
+        last = records[-1][0]
+        changelog.store.apply_restored(pairs, {tp: last})
+        changelog.position = last + 1
+        changelog.applied += len(pairs)
+        changelog.at_end = False
+        counter = (
+            self._metrics.standby_updated_records
+            if changelog.standby
+            else self._metrics.restored_records
+        )
+        counter.labels(task=str(changelog.task.id), store=changelog.store.name).inc(len(pairs))
+
+    def _publish_lags(self) -> None:
+        for task_id, entry in self._tasks.items():
+            if entry.standby:
+                lag = self.lag(task_id)
+                if lag is not None:
+                    self._metrics.standby_lag.labels(task=str(task_id)).set(lag)
 
     def _finish_completed(self) -> list[Task]:
         finished: list[Task] = []
         for entry in list(self._tasks.values()):
+            if entry.standby:
+                continue
             logs = [self._changelogs[tp] for tp in entry.partitions]
-            if all(c.done for c in logs):
+            if all(c.at_end for c in logs):
                 for changelog in logs:
                     changelog.store.flush()
                 self.unregister(entry.task)
                 entry.task.log.info(
                     "restore.done",
-                    records=sum(c.restored for c in logs),
-                    seconds=round(time.monotonic() - entry.started, 3),
+                    records=sum(c.applied for c in logs),
+                    seconds=round(self._clock.monotonic() - entry.started, 3),
                 )
                 finished.append(entry.task)
         return finished

@@ -21,8 +21,6 @@ from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
 TP = tuple[str, int]
-# Kafka Streams' sentinel for "running active, caught up by definition".
-RUNNING_ACTIVE = -2
 
 
 class OffsetCommitter(Protocol):
@@ -60,7 +58,9 @@ class TaskManager:
     def on_revoked(self) -> None:
         """Eager rebalance: commit everything, then suspend every task (state stays open)."""
         self.commit()
-        self._was_running = {tid for tid, t in self.tasks.items() if t.state is TaskState.RUNNING}
+        self._was_running = {
+            tid for tid, t in self.tasks.items() if t.is_active and t.state is TaskState.RUNNING
+        }
         for task in self.tasks.values():
             if task.state in (TaskState.RUNNING, TaskState.RESTORING):
                 self._stop_inputs(task)
@@ -68,48 +68,65 @@ class TaskManager:
         self.on_change()
 
     def on_assigned(self, assignment: Assignment) -> None:
-        """Close tasks we lost, resume the ones we kept, create and restore the new ones."""
-        wanted = set(assignment.active)
-        for task_id in sorted(set(self.tasks) - wanted):
+        """Apply an assignment, reusing every open task whose id is still assigned.
+
+        1. Close (clean, checkpoint written) the tasks no longer assigned in any role.
+        2. Recycle the kept ones into their new role, keeping their open stores: an
+           active turned standby tails from its committed offsets; a standby or warmup
+           turned active restores only what it is behind.
+        3. Create, open and start the new ones.
+        """
+        roles = _roles(assignment)
+        for task_id in sorted(set(self.tasks) - set(roles)):
             self._close(self.tasks.pop(task_id), clean=True)
-        for task_id in sorted(wanted):
+        for task_id, role in sorted(roles.items()):
             task = self.tasks.get(task_id)
             if task is None:
-                self._create(task_id)
+                self._create(task_id, role)
             elif task.state is TaskState.SUSPENDED:
-                self._resume(task)
-        self._ctx.metrics.tasks.labels(kind="active").set(len(self.tasks))
+                resumed = role is TaskRole.ACTIVE and task.id in self._was_running
+                task.recycle(role)
+                self._start(task, resumed)
+        self._publish_kinds()
         self._log.info(
             "assignment.applied",
             generation=assignment.generation,
-            active=sorted(map(str, wanted)),
+            active=sorted(map(str, assignment.active)),
+            standby=sorted(map(str, assignment.standby)),
+            warmup=sorted(map(str, assignment.warmup)),
         )
         self.on_change()
 
-    def _create(self, task_id: TaskId) -> None:
+    def _publish_kinds(self) -> None:
+        for role in (TaskRole.ACTIVE, TaskRole.STANDBY, TaskRole.WARMUP):
+            count = sum(1 for t in self.tasks.values() if t.role is role)
+            self._ctx.metrics.tasks.labels(kind=role.value).set(count)
+
+    def _create(self, task_id: TaskId, role: TaskRole) -> None:
         subtopology = self._subtopologies.get(task_id.subtopology)
         if subtopology is None:
             self._log.error("assignment.unknown_subtopology", task_id=str(task_id))
             return
-        task = Task(task_id, TaskRole.ACTIVE, subtopology, self._ctx)
+        task = Task(task_id, role, subtopology, self._ctx)
         try:
             task.open()
         except TaskCorrupted as exc:
             task.transition(TaskState.CORRUPTED, exc.reason)
             task.wipe("corrupted_at_open")
         self.tasks[task_id] = task
-        self._restore(task)
+        self._start(task, resumed=False)
 
-    def _restore(self, task: Task) -> None:
-        task.transition(TaskState.RESTORING)
-        self._reader.register(task)
-
-    def _resume(self, task: Task) -> None:
-        if task.id in self._was_running:
+    def _start(self, task: Task, resumed: bool) -> None:
+        """Actives restore (or resume processing at once); standbys start tailing."""
+        if not task.is_active:
+            task.transition(TaskState.RUNNING, "tailing")
+            self._reader.register(task, standby=True)
+        elif resumed:
             task.transition(TaskState.RUNNING, "resumed")
             self._start_inputs(task)
         else:
-            self._restore(task)
+            task.transition(TaskState.RESTORING)
+            self._reader.register(task)
 
     def _close(self, task: Task, clean: bool) -> None:
         self._stop_inputs(task)
@@ -133,7 +150,22 @@ class TaskManager:
     # -- restore and processing ------------------------------------------------------
 
     def restoring(self) -> bool:
+        """True while some active task restores (processing of it has not started)."""
         return self._reader.restoring()
+
+    def reading_changelogs(self) -> bool:
+        """True while any task restores or tails changelogs (the loop must keep stepping)."""
+        return self._reader.has_work()
+
+    def warmups_caught_up(self, acceptable_lag: int) -> list[TaskId]:
+        """Warmup tasks now within ``acceptable_lag`` records of their changelogs' end."""
+        caught_up = []
+        for task_id, task in self.tasks.items():
+            if task.role is TaskRole.WARMUP and task.state is TaskState.RUNNING:
+                lag = self._reader.lag(task_id)
+                if lag is not None and lag <= acceptable_lag:
+                    caught_up.append(task_id)
+        return sorted(caught_up)
 
     def restore_step(self, timeout: float) -> None:
         finished = self._reader.step(timeout)
@@ -177,7 +209,8 @@ class TaskManager:
         restored on restart); a crash between 3 and 4 reprocesses some input (at least
         once). Returns False when there was nothing to commit.
         """
-        running = [t for t in self.tasks.values() if t.state is TaskState.RUNNING]
+        self._checkpoint_standbys()
+        running = [t for t in self.tasks.values() if t.is_active and t.state is TaskState.RUNNING]
         if not any(t.needs_commit() for t in running):
             return False
         metrics = self._ctx.metrics
@@ -198,11 +231,17 @@ class TaskManager:
         metrics.commits.inc()
         return True
 
+    def _checkpoint_standbys(self) -> None:
+        """Standby stores commit each batch they apply; only their .checkpoint lags behind."""
+        for task in self.tasks.values():
+            if not task.is_active and task.state is TaskState.RUNNING:
+                task.maybe_write_checkpoint()
+
     def close_all(self, clean: bool) -> None:
         """Close every task (clean: after a final commit; checkpoints written)."""
         for task_id in sorted(self.tasks):
             self._close(self.tasks.pop(task_id), clean)
-        self._ctx.metrics.tasks.labels(kind="active").set(0)
+        self._publish_kinds()
 
     def drop_all_dirty(self) -> None:
         """After losing group ownership: discard uncommitted work and close every task."""
@@ -213,18 +252,17 @@ class TaskManager:
     # -- what this instance reports when it joins ------------------------------------
 
     def offset_sums(self) -> dict[TaskId, int]:
-        """Per task, the sum of locally stored changelog offsets (-2: running active).
+        """Per task with local state, the sum of its changelog positions (stored offset + 1).
 
-        Open tasks report from their stores; task directories nobody has open report from
-        their ``.checkpoint`` (reading it needs no store to be opened).
+        Open tasks report from their stores, whatever their role (the leader knows the
+        running actives from ``prev_active``); task directories nobody has open report
+        from their ``.checkpoint``, which needs no store to be opened.
         """
         sums: dict[TaskId, int] = {}
         for task_id, task in self.tasks.items():
-            if task.state is TaskState.RUNNING:
-                sums[task_id] = RUNNING_ACTIVE
-            else:
+            if task.stores:
                 sums[task_id] = sum(
-                    off
+                    off + 1
                     for store in task.stores.values()
                     for off in store.committed_offsets().values()
                 )
@@ -236,5 +274,16 @@ class TaskManager:
                 except CheckpointError:
                     continue
                 if offsets:
-                    sums[task_id] = sum(offsets.values())
+                    sums[task_id] = sum(off + 1 for off in offsets.values())
         return sums
+
+    def tasks_by_role(self, *roles: TaskRole) -> frozenset[TaskId]:
+        return frozenset(tid for tid, t in self.tasks.items() if t.role in roles)
+
+
+def _roles(assignment: Assignment) -> dict[TaskId, TaskRole]:
+    """One role per task; should a task appear twice, active beats warmup beats standby."""
+    roles = dict.fromkeys(assignment.standby, TaskRole.STANDBY)
+    roles.update(dict.fromkeys(assignment.warmup, TaskRole.WARMUP))
+    roles.update(dict.fromkeys(assignment.active, TaskRole.ACTIVE))
+    return roles

@@ -5,6 +5,10 @@
        │            │            │  └──────────┘ (resumed by a new assignment)
        └────────────┴────────────┴──> CORRUPTED ──> WIPED ──> RESTORING
 
+Actives restore before they run. Standbys and warmups run from the start: for them
+RUNNING means "tailing the changelogs" (CREATED/WIPED -> RUNNING). A role change
+(recycling) happens only while SUSPENDED and keeps the stores open.
+
 Every move goes through :meth:`TaskStateMachine.transition`, which raises on an illegal
 move, logs ``task.transition`` with the task id bound, and counts it.
 """
@@ -37,12 +41,12 @@ class TaskState(enum.Enum):
 
 _S = TaskState
 ALLOWED: dict[TaskState, frozenset[TaskState]] = {
-    _S.CREATED: frozenset({_S.RESTORING, _S.CORRUPTED, _S.CLOSED}),
+    _S.CREATED: frozenset({_S.RESTORING, _S.RUNNING, _S.CORRUPTED, _S.CLOSED}),
     _S.RESTORING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.CORRUPTED, _S.CLOSED}),
     _S.RUNNING: frozenset({_S.SUSPENDED, _S.CORRUPTED, _S.CLOSED}),
     _S.SUSPENDED: frozenset({_S.RESTORING, _S.RUNNING, _S.CORRUPTED, _S.CLOSED}),
     _S.CORRUPTED: frozenset({_S.WIPED, _S.CLOSED}),
-    _S.WIPED: frozenset({_S.RESTORING, _S.CLOSED}),
+    _S.WIPED: frozenset({_S.RESTORING, _S.RUNNING, _S.CLOSED}),
     _S.CLOSED: frozenset(),
 }
 
@@ -54,11 +58,11 @@ class IllegalTransition(WorkerError):
 class TaskStateMachine:
     """Holds one task's state; the only way to change it is ``transition``."""
 
-    __slots__ = ("_state", "_log", "_metrics")
+    __slots__ = ("_state", "log", "_metrics")
 
     def __init__(self, log: Any, metrics: Metrics) -> None:
         self._state = TaskState.CREATED
-        self._log = log
+        self.log = log  # rebound when the task changes role
         self._metrics = metrics
 
     @property
@@ -69,6 +73,6 @@ class TaskStateMachine:
         """Move to ``target``; raise IllegalTransition if the table forbids it."""
         if target not in ALLOWED[self._state]:
             raise IllegalTransition(f"{self._state.value} -> {target.value} is not allowed")
-        self._log.info("task.transition", src=self._state.value, dst=target.value, reason=reason)
+        self.log.info("task.transition", src=self._state.value, dst=target.value, reason=reason)
         self._state = target
         self._metrics.task_transitions.labels(to=target.value).inc()

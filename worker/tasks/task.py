@@ -24,7 +24,7 @@ from worker.state.checkpoint import CheckpointError, read_checkpoint, write_chec
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
-from worker.tasks.state import TaskRole, TaskState, TaskStateMachine
+from worker.tasks.state import IllegalTransition, TaskRole, TaskState, TaskStateMachine
 
 TP = tuple[str, int]
 
@@ -62,6 +62,11 @@ class Task:
         self.source_partitions: tuple[TP, ...] = tuple(
             (topic, task_id.partition) for topic in subtopology.source_topics
         )
+        self._pure_table_partitions: dict[str, TP] = {
+            s.table_store: (s.topic, task_id.partition)
+            for s in subtopology.sources
+            if s.table_store is not None and s.name not in subtopology.children
+        }
         self._consumed: dict[TP, int] = {}
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
@@ -106,6 +111,34 @@ class Task:
             self._graph = TaskGraph(
                 self.subtopology, str(self.id), self.stores, self._ctx.collector
             )
+
+    @property
+    def is_active(self) -> bool:
+        return self.role is TaskRole.ACTIVE
+
+    def recycle(self, role: TaskRole) -> None:
+        """Take on a new role keeping the open stores and the lock (SUSPENDED tasks only).
+
+        Nothing is reopened or re-read: an active turned standby keeps its committed
+        stores and tails from their offsets; a standby turned active restores only what
+        it is behind.
+        """
+        if self.state is not TaskState.SUSPENDED:
+            raise IllegalTransition(f"recycle needs a suspended task, {self.id} is {self.state}")
+        if role is self.role:
+            return
+        self.log.info("task.recycle", into=role.value)
+        self.role = role
+        self.log = get_logger(task_id=str(self.id), role=role.value)
+        self._fsm.log = self.log
+        self._consumed.clear()
+        self._committed_sources.clear()
+        self._produced.clear()
+        self._graph = (
+            TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector)
+            if role is TaskRole.ACTIVE
+            else None
+        )
 
     def _migrate_checkpoint(self) -> None:
         """Offsets found only in an old ``.checkpoint`` move into stores that have none."""
@@ -179,9 +212,20 @@ class Task:
         self._consumed[(topic, partition)] = offset
 
     def start_positions(self, committed: Mapping[TP, int | None]) -> dict[TP, int | None]:
-        """Where processing resumes: the group's committed offset of each source partition."""
+        """Where processing resumes: the group's committed offset of each source partition.
+
+        A table that feeds no processor resumes after what its store already holds, when
+        that is further: restore has applied those records (upserts are idempotent), and
+        reading them twice would show processors older versions of rows just restored.
+        """
         positions = {tp: committed.get(tp) for tp in self.source_partitions}
-        self._committed_sources = {tp: off for tp, off in positions.items() if off is not None}
+        for name, tp in self._pure_table_partitions.items():
+            stored = self.stores[name].committed_offsets().get(tp)
+            if stored is not None and stored + 1 > (positions[tp] or 0):
+                positions[tp] = stored + 1
+        self._committed_sources = {
+            tp: off for tp, off in committed.items() if off is not None and tp in positions
+        }
         return positions
 
     @property

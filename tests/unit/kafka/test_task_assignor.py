@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import orjson
@@ -12,7 +13,7 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from worker.assignment.model import (
-    LATEST_OFFSET,
+    NO_PROBE,
     Assignment,
     MalformedUserData,
     Subscription,
@@ -20,10 +21,13 @@ from worker.assignment.model import (
 )
 from worker.assignment.planner import PlannerConfig
 from worker.assignment.task_id import TaskId
+from worker.clock import FakeClock
 from worker.kafka.task_assignor import TaskAssignor
 
 T = TaskId
 SOURCES = {0: ["a"], 1: ["b", "c"]}
+CHANGELOGS = {0: ["app-s0-changelog"], 1: ["app-s1a-changelog", "app-s1b-changelog"]}
+TP = tuple[str, int]
 
 
 class FakeCluster:
@@ -40,17 +44,27 @@ def _member(member_id: str, user_data: bytes) -> SimpleNamespace:
     return SimpleNamespace(member_id=member_id, group_instance_id=None, metadata=metadata)
 
 
-def _sub(process: str, port: int, prev: set[TaskId] | None = None) -> bytes:
+def _sub(
+    process: str,
+    port: int,
+    prev: set[TaskId] | None = None,
+    sums: dict[TaskId, int] | None = None,
+    standby: set[TaskId] | None = None,
+) -> bytes:
     prev_active = frozenset(prev or ())
-    sums = dict.fromkeys(prev_active, LATEST_OFFSET)
-    return Subscription(process, f"h:{port}", sums, prev_active, frozenset()).encode()
+    reported = sums if sums is not None else dict.fromkeys(prev_active, 0)
+    return Subscription(
+        process, f"h:{port}", reported, prev_active, frozenset(standby or ())
+    ).encode()
 
 
 def _assign(
-    members: list[SimpleNamespace], partitions: dict[str, int] | None = None
+    members: list[SimpleNamespace],
+    partitions: dict[str, int] | None = None,
+    assignor: TaskAssignor | None = None,
 ) -> dict[str, tuple[set[tuple[str, int]], Assignment]]:
     cluster = FakeCluster(partitions or {"a": 4, "b": 4, "c": 4})
-    result = TaskAssignor(SOURCES, PlannerConfig()).assign(cluster, members)
+    result = (assignor or TaskAssignor(SOURCES, PlannerConfig())).assign(cluster, members)
     decoded = {}
     for member_id, protocol in result.items():
         assert isinstance(protocol, ConsumerProtocolAssignment)
@@ -58,6 +72,39 @@ def _assign(
         owned = {(tp.topic, tp.partition) for tp in wire.partitions()}
         decoded[member_id] = (owned, Assignment.decode(bytes(wire.user_data)))
     return decoded
+
+
+class EndOffsets:
+    """An end-offset source that records its calls; ``error`` makes it raise."""
+
+    def __init__(self, ends: dict[TP, int], error: Exception | None = None) -> None:
+        self.ends = ends
+        self.error = error
+        self.calls: list[list[TP]] = []
+
+    def __call__(self, partitions: Sequence[TP]) -> dict[TP, int]:
+        self.calls.append(list(partitions))
+        if self.error is not None:
+            raise self.error
+        return {tp: self.ends[tp] for tp in partitions if tp in self.ends}
+
+
+def _ends(value: int) -> dict[TP, int]:
+    return {
+        (topic, p): value for topics in CHANGELOGS.values() for topic in topics for p in range(4)
+    }
+
+
+def _ha_assignor(
+    end_offsets: EndOffsets, config: PlannerConfig | None = None, clock: FakeClock | None = None
+) -> TaskAssignor:
+    return TaskAssignor(
+        SOURCES,
+        config or PlannerConfig(num_standby_replicas=1, probing_rebalance_interval_ms=60_000),
+        changelog_topics=CHANGELOGS,
+        end_offsets=end_offsets,
+        clock=clock or FakeClock(1_000.0),
+    )
 
 
 def _all_tasks() -> set[TaskId]:
@@ -158,3 +205,97 @@ def test_an_unreadable_assignment_is_raised_to_the_member(
     with pytest.raises(error):
         assignor.take()
     assert assignor.take() is None
+
+
+def test_every_task_has_an_active_and_a_standby_on_different_members() -> None:
+    members = [_member(f"m{i}", _sub(f"p{i}", i)) for i in (1, 2, 3)]
+    result = _assign(members, assignor=_ha_assignor(EndOffsets(_ends(0))))
+    for task in _all_tasks():
+        active = [m for m, (_, a) in result.items() if task in a.active]
+        standby = [m for m, (_, a) in result.items() if task in a.standby]
+        assert len(active) == len(standby) == 1
+        assert active != standby
+    hosts = result["m1"][1].standby_hosts
+    assert hosts == {f"h:{i}": result[f"m{i}"][1].standby for i in (1, 2, 3)}
+
+
+def test_a_newcomer_gets_warmups_while_the_caught_up_owner_keeps_running() -> None:
+    clock = FakeClock(1_000.0)
+    owner = _sub("p1", 1, _all_tasks(), sums=dict.fromkeys(_all_tasks(), 900_000))
+    members = [_member("m1", owner), _member("m2", _sub("p2", 2))]
+    ends = EndOffsets(_ends(1_000_000))
+
+    result = _assign(members, assignor=_ha_assignor(ends, clock=clock))
+
+    (_, first), (_, second) = result["m1"], result["m2"]
+    assert first.active == _all_tasks()
+    assert second.active == frozenset()
+    assert len(second.warmup) == 2  # the default max.warmup.replicas
+    assert first.next_probe_ms == 1_000_000 + 60_000
+    assert second.next_probe_ms == NO_PROBE
+    # Warmups count as standby hosts for routing; the warmup tasks have no plain standby.
+    assert first.standby_hosts["h:2"] == second.standby | second.warmup
+    assert not second.warmup & second.standby
+
+
+def test_end_offsets_are_asked_for_every_changelog_partition_once() -> None:
+    ends = EndOffsets(_ends(0))
+    _assign([_member("m1", _sub("p1", 1))], assignor=_ha_assignor(ends))
+    assert len(ends.calls) == 1
+    assert sorted(ends.calls[0]) == sorted(_ends(0))
+
+
+def test_under_reported_end_offsets_are_raised_to_what_members_report() -> None:
+    # The test broker's ListOffsets says 1 where the fetch path serves 1,000,000 records.
+    sums = dict.fromkeys(_all_tasks(), 1_000_000)
+    members = [_member("m1", _sub("p1", 1, sums=sums)), _member("m2", _sub("p2", 2))]
+    result = _assign(members, assignor=_ha_assignor(EndOffsets(_ends(1))))
+    # p1 has everything but runs nothing; p2 has nothing: p1 is caught up, so it runs
+    # all and p2 warms up, rather than p2 being taken for caught up.
+    assert result["m1"][1].active == _all_tasks()
+    assert len(result["m2"][1].warmup) == 2
+
+
+@pytest.mark.parametrize("error", [RuntimeError("admin down"), TimeoutError()])
+def test_failing_end_offsets_fall_back_to_the_members_reports(error: Exception) -> None:
+    sums = dict.fromkeys(_all_tasks(), 500)
+    members = [_member("m1", _sub("p1", 1, sums=sums)), _member("m2", _sub("p2", 2))]
+    config = PlannerConfig(acceptable_recovery_lag=100)
+    result = _assign(members, assignor=_ha_assignor(EndOffsets({}, error), config))
+    assert result["m1"][1].active == _all_tasks()
+    assert len(result["m2"][1].warmup) == 2
+
+
+def test_without_an_end_offset_source_members_with_no_state_share_tasks_evenly() -> None:
+    assignor = TaskAssignor(SOURCES, PlannerConfig(), changelog_topics=CHANGELOGS)
+    result = _assign(
+        [_member("m1", _sub("p1", 1)), _member("m2", _sub("p2", 2))], assignor=assignor
+    )
+    assert len(result["m1"][1].active) == len(result["m2"][1].active) == 4
+
+
+def test_stateless_tasks_get_no_standbys_and_are_handed_over_first() -> None:
+    assignor = TaskAssignor(
+        SOURCES,
+        PlannerConfig(num_standby_replicas=1),
+        changelog_topics={1: CHANGELOGS[1]},
+        end_offsets=EndOffsets(_ends(10**6)),
+        clock=FakeClock(),
+    )
+    owner = _sub("p1", 1, _all_tasks())
+    result = _assign([_member("m1", owner), _member("m2", _sub("p2", 2))], assignor=assignor)
+    stateless = {T(0, p) for p in range(4)}
+    assert not any(stateless & a.standby for _, a in result.values())
+    assert not any(stateless & a.warmup for _, a in result.values())
+    # Nothing to restore: balance moves the stateless tasks, at once, and nothing else.
+    assert result["m2"][1].active == stateless
+    assert result["m1"][1].next_probe_ms == NO_PROBE
+
+
+def test_the_probe_goes_to_the_lowest_client_key_only() -> None:
+    owner = _sub("p2", 2, _all_tasks())
+    members = [_member("m1", _sub("p3", 3)), _member("m2", owner), _member("m3", _sub("p1", 1))]
+    result = _assign(members, assignor=_ha_assignor(EndOffsets(_ends(10**6))))
+    probes = {m: a.next_probe_ms for m, (_, a) in result.items()}
+    assert probes["m3"] > 0
+    assert probes["m1"] == probes["m2"] == NO_PROBE

@@ -326,3 +326,18 @@ def test_checkpoint_is_rewritten_only_once_its_interval_has_passed(
     clock.advance(CHECKPOINT_INTERVAL_S / 2)
     task.maybe_write_checkpoint()
     assert read_checkpoint(path) == {CL: 1}
+
+
+def test_a_table_feeding_no_processor_resumes_after_what_its_store_holds(task: Task) -> None:
+    task.open()
+    task.stores[LABELS].apply_restored([(b"a", b'"red"')], {LB: 9})  # restored to offset 9
+
+    positions = task.start_positions({EV: 4, LB: 2})
+
+    assert positions == {EV: 4, LB: 10}, "records 2..9 of the table are already applied"
+    assert task.start_positions({EV: 4, LB: 12}) == {EV: 4, LB: 12}
+
+
+def test_a_stream_source_always_resumes_at_the_committed_offset(task: Task) -> None:
+    task.open()
+    assert task.start_positions({EV: None, LB: None}) == {EV: None, LB: None}

@@ -28,7 +28,6 @@ from tests.unit.tasks.conftest import (
 from worker.assignment.task_id import TaskId
 from worker.errors import KafkaUnavailable
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
-from worker.tasks.manager import RUNNING_ACTIVE
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
 
@@ -405,7 +404,9 @@ def test_drop_all_dirty_discards_uncommitted_work_and_writes_no_checkpoint(
 # -- offset sums ---------------------------------------------------------------------
 
 
-def test_offset_sums_report_running_restoring_and_unopened_tasks(harness: Harness) -> None:
+def test_offset_sums_report_positions_of_running_restoring_and_unopened_tasks(
+    harness: Harness,
+) -> None:
     sd = harness.state_dir
     # An unopened directory with state: reported from its .checkpoint.
     write_checkpoint(sd.checkpoint_path(T00), {cl(T00): 7, lb(T00): 3})
@@ -418,7 +419,9 @@ def test_offset_sums_report_running_restoring_and_unopened_tasks(harness: Harnes
     rebalance(harness, T01, T02)
     assert harness.manager.tasks[T02].state is TaskState.RESTORING
 
-    assert harness.manager.offset_sums() == {T01: RUNNING_ACTIVE, T02: 24, T00: 10}
+    # Positions (stored offset + 1) summed per task, for every role; T01 runs with no
+    # changelog offsets yet; the leader knows it is a running active from prev_active.
+    assert harness.manager.offset_sums() == {T01: 0, T02: 26, T00: 12}
 
 
 def test_offset_sums_skip_unopened_directories_with_an_unreadable_checkpoint(

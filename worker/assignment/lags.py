@@ -1,0 +1,109 @@
+"""How far behind each client's local state is, per task: the leader's input to the planner.
+
+KIP-441 (reference/kafka-streams-state.md §4.4) measures a client's lag on a task as the
+sum of its changelogs' end offsets minus the sum of the positions the client reports for
+them (``Subscription.task_offset_sums``). Pure: the end offsets are fetched by the caller
+(:mod:`worker.kafka.task_assignor`), which also logs when they could not be.
+
+Two departures from Kafka Streams, both deliberate:
+
+* The end-offset sum of a task is ``max(Σ listed end offsets, the highest sum any client
+  reports)``. The test broker's ListOffsets under-reports multi-record batches
+  (platform-facts.md); a client's reported position is a position it really read up to,
+  so the log end is at least that. On real Kafka the listed sum already dominates. The
+  same rule is the fallback when no end offset could be fetched at all: the client with
+  the most state then counts as caught up and the others lag by the difference, instead
+  of Kafka Streams' "keep the previous assignment" fallback.
+* A running active (``prev_active``) has lag 0, whatever it reports (Kafka Streams'
+  ``LATEST_OFFSET`` rule without the sentinel: members now report real sums for actives
+  too, so the leader can rank standbys; the active itself is caught up by definition).
+
+A negative reported sum (an old member's ``LATEST_OFFSET``/``UNKNOWN_OFFSET_SUM``
+sentinel) counts as no report. A task without changelogs (stateless) has lag 0 on every
+client: any client can run it at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
+
+from worker.assignment.task_id import TaskId
+
+TP = tuple[str, int]
+K = TypeVar("K")
+
+
+class OffsetReport(Protocol):
+    """What lag computation needs from a member's subscription (``model.Subscription``)."""
+
+    @property
+    def task_offset_sums(self) -> Mapping[TaskId, int]: ...
+
+    @property
+    def prev_active(self) -> frozenset[TaskId]: ...
+
+
+def changelog_partitions(
+    tasks: Iterable[TaskId], changelog_topics: Mapping[int, Sequence[str]]
+) -> dict[TaskId, tuple[TP, ...]]:
+    """Each task's changelog partitions: partition ``p`` of each of its subtopology's topics.
+
+    Tasks of a subtopology without stores get an empty tuple (stateless).
+    """
+    return {
+        task: tuple(
+            (topic, task.partition) for topic in sorted(changelog_topics.get(task.subtopology, ()))
+        )
+        for task in tasks
+    }
+
+
+def end_offset_sums(
+    partitions_per_task: Mapping[TaskId, Sequence[TP]],
+    end_offsets: Mapping[TP, int],
+    clients: Mapping[K, OffsetReport],
+) -> dict[TaskId, int]:
+    """Per stateful task, the best lower bound of its changelogs' total end (see module doc)."""
+    sums: dict[TaskId, int] = {}
+    for task, partitions in partitions_per_task.items():
+        if not partitions:
+            continue
+        listed = sum(max(0, end_offsets.get(tp, 0)) for tp in partitions)
+        reported = max((_reported(c, task) for c in clients.values()), default=0)
+        sums[task] = max(listed, reported)
+    return sums
+
+
+def task_lags(
+    tasks: Iterable[TaskId],
+    changelog_partitions_per_task: Mapping[TaskId, Sequence[TP]],
+    end_offsets: Mapping[TP, int],
+    clients: Mapping[K, OffsetReport],
+) -> dict[K, dict[TaskId, int]]:
+    """client -> task -> records behind (>= 0), for every task and every client.
+
+    ``end_offsets`` may lack partitions (they could not be fetched): a missing partition
+    counts as 0 there, so the members' reports decide (module doc). A task missing from
+    ``changelog_partitions_per_task`` counts as stateless.
+    """
+    wanted = sorted(set(tasks))
+    stateful = {t: changelog_partitions_per_task.get(t, ()) for t in wanted}
+    ends = end_offset_sums(stateful, end_offsets, clients)
+    lags: dict[K, dict[TaskId, int]] = {}
+    for key, client in clients.items():
+        lags[key] = {task: _lag(client, task, ends.get(task)) for task in wanted}
+    return lags
+
+
+def _reported(client: OffsetReport, task: TaskId) -> int:
+    """The client's position sum for ``task``; -1 when it reports none (or a sentinel)."""
+    value = client.task_offset_sums.get(task, -1)
+    return value if value >= 0 else -1
+
+
+def _lag(client: OffsetReport, task: TaskId, end_sum: int | None) -> int:
+    if end_sum is None or task in client.prev_active:
+        return 0
+    reported = _reported(client, task)
+    return end_sum if reported < 0 else max(0, end_sum - reported)
