@@ -50,6 +50,7 @@ class Settings(BaseModel):
         600000, alias="probing.rebalance.interval.ms", ge=60000
     )
     state_dir: Path = Field(Path("./state"), alias="state.dir")
+    initial_standbys_enabled: bool = Field(True, alias="initial.standbys.enabled")
     state_cleanup_delay_ms: int = Field(600000, alias="state.cleanup.delay.ms", ge=0)
     statestore_checkpoint_interval_ms: int = Field(
         300000, alias="statestore.checkpoint.interval.ms", ge=0
@@ -69,6 +70,7 @@ class Settings(BaseModel):
     replication_factor: int = Field(-1, alias="replication.factor", ge=-1)
     internal_topics_create: bool = Field(True, alias="internal.topics.create")
     poll_ms: int = Field(100, alias="poll.ms", ge=0, le=10000)
+    shutdown_timeout_ms: int = Field(30000, alias="shutdown.timeout.ms", ge=1000)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)

@@ -107,6 +107,27 @@ class Metrics:
             "Rebalances this instance asked for (warmup caught up, probing interval)",
             registry=r,
         )
+        self.initial_standbys_created = Counter(
+            "worker_initial_standbys_created_total",
+            "Initial standbys opened at start-up from task directories on disk",
+            registry=r,
+        )
+        self.initial_standbys_recycled = Counter(
+            "worker_initial_standbys_recycled_total",
+            "Initial standbys recycled into an assigned task",
+            ["into"],
+            registry=r,
+        )
+        self.initial_standbys_closed = Counter(
+            "worker_initial_standbys_closed_total",
+            "Initial standbys closed because the first assignment did not include them",
+            registry=r,
+        )
+        self.first_process_after_join = Gauge(
+            "worker_first_process_after_join_seconds",
+            "Seconds from the first assignment to the first processed record",
+            registry=r,
+        )
         self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
         self.commit_seconds = Histogram(
             "worker_commit_seconds",

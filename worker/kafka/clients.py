@@ -8,6 +8,7 @@ clients and to ``worker.partitioner``, so a key always reaches the task owning i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -232,6 +233,44 @@ class RestoreConsumer(_PositionedConsumer):
                 bucket = batch.records[tp] = []
             bucket.append((cast(int, msg.offset()), msg.key(), msg.value()))
         return batch
+
+
+def fetch_high_watermarks(
+    settings: Settings, partitions: Iterable[TP], timeout: float = 10.0
+) -> dict[TP, int]:
+    """The end of each partition as the fetch path reports it (one short-lived consumer).
+
+    Each partition is positioned at its logical end and fetched once; the partition-EOF
+    event carries the high watermark. Unlike ListOffsets alone this is right on the test
+    broker too (platform-facts.md), and it reads at most the tail the broker under-reports.
+    Partitions that do not answer within ``timeout`` are absent from the result.
+    """
+    wanted = set(partitions)
+    if not wanted:
+        return {}
+    config = base_config(settings, "watermarks")
+    config.update(_FETCH_TUNING)
+    config.update(
+        {
+            "group.id": f"{settings.application_id}-watermarks",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "latest",
+        }
+    )
+    consumer = ck.Consumer(config)
+    found: dict[TP, int] = {}
+    try:
+        consumer.assign([ck.TopicPartition(t, p, ck.OFFSET_END) for t, p in sorted(wanted)])
+        deadline = time.monotonic() + timeout
+        while len(found) < len(wanted) and time.monotonic() < deadline:
+            for msg in consumer.consume(10000, 0.2):
+                err = msg.error()
+                if err is not None and err.code() == ck.KafkaError._PARTITION_EOF:
+                    found[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
+    finally:
+        consumer.close()
+    return found
 
 
 class DataConsumer(_PositionedConsumer):

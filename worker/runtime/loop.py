@@ -45,12 +45,16 @@ class ProcessingLoop:
         self._log = get_logger(component="loop")
         self._commit_interval = settings.commit_interval_ms / 1000.0
         self._max_uncommitted = settings.statestore_uncommitted_max_bytes
+        # The cleaner looks for expired directories a few times per delay, at most once
+        # a minute and at least once a second.
+        self._clean_interval = min(60.0, max(1.0, settings.state_cleanup_delay_ms / 4000.0))
         self.on_iteration: Callable[[], None] = lambda: None
         self.probes = ProbeScheduler(settings.acceptable_recovery_lag, clock, metrics)
 
     def run(self) -> None:
         """Iterate until the stop event is set. Raises fatal errors to the worker."""
         last_commit = self._clock.monotonic()
+        next_clean = last_commit + self._clean_interval
         poll_s = self._settings.poll_ms / 1000.0
         while not self._stop.is_set():
             manager = self._manager
@@ -68,6 +72,9 @@ class ProcessingLoop:
                 self._commit()
                 last_commit = now
             self.probes.check(manager, self._member)
+            if now >= next_clean:
+                manager.clean_state_dir()
+                next_clean = now + self._clean_interval
             self.on_iteration()
 
     def _over_memory_bound(self) -> bool:

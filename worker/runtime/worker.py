@@ -16,7 +16,13 @@ from worker.clock import Clock, SystemClock
 from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.http.server import HttpServer
-from worker.kafka.clients import Admin, DataConsumer, RecordCollector, RestoreConsumer
+from worker.kafka.clients import (
+    Admin,
+    DataConsumer,
+    RecordCollector,
+    RestoreConsumer,
+    fetch_high_watermarks,
+)
 from worker.kafka.membership import GroupMember
 from worker.kafka.topics import prepare_topics
 from worker.observability import Metrics, get_logger
@@ -107,7 +113,7 @@ class Worker:
     def _run_with_clients(self, state_dir: StateDirectory) -> int:
         settings = self.settings
         admin = Admin(settings)
-        prepare_topics(
+        layout = prepare_topics(
             admin, self.topology, settings.application_id, settings.internal_topics_create
         )
         collector = RecordCollector(settings)
@@ -129,7 +135,14 @@ class Worker:
             end_offsets=admin.end_offsets,
             clock=self.clock,
         )
-        manager = TaskManager(self.topology, ctx, reader, consumer, member)
+        manager = TaskManager(
+            self.topology,
+            ctx,
+            reader,
+            consumer,
+            member,
+            high_watermarks=lambda tps: fetch_high_watermarks(settings, tps),
+        )
         manager.on_change = self._publish
         self._manager = manager
         loop = ProcessingLoop(
@@ -139,6 +152,12 @@ class Worker:
         self._probes = loop.probes
         clean = False
         try:
+            if settings.initial_standbys_enabled:
+                # Before the join: corrupt state is found now, and the first subscription
+                # reports what is on disk (issue 4, seed 000).
+                manager.open_initial_standbys(
+                    state_dir.list_non_empty_task_ids(), layout.partitions
+                )
             member.start()
             self._set_state(WorkerState.REBALANCING)
             loop.run()
@@ -213,7 +232,9 @@ class Worker:
             endpoint=self.settings.endpoint(),
             task_offset_sums=manager.offset_sums(),
             prev_active=manager.tasks_by_role(TaskRole.ACTIVE),
-            prev_standby=manager.tasks_by_role(TaskRole.STANDBY, TaskRole.WARMUP),
+            prev_standby=manager.tasks_by_role(
+                TaskRole.STANDBY, TaskRole.WARMUP, TaskRole.INITIAL_STANDBY
+            ),
         )
 
 

@@ -41,6 +41,7 @@ class TaskManager:
         reader: ChangelogReader,
         consumer: DataConsumer,
         committer: OffsetCommitter,
+        high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
     ) -> None:
         self._subtopologies: dict[int, Subtopology] = {st.id: st for st in topology.subtopologies}
         self._ctx = ctx
@@ -50,6 +51,9 @@ class TaskManager:
         self.tasks: dict[TaskId, Task] = {}
         self._route: dict[TP, Task] = {}
         self._was_running: set[TaskId] = set()
+        self._high_watermarks = high_watermarks
+        self._first_assignment_at: float | None = None
+        self._first_processed = False
         self._log = get_logger(component="task_manager")
         self.on_change: Callable[[], None] = lambda: None
 
@@ -70,23 +74,34 @@ class TaskManager:
     def on_assigned(self, assignment: Assignment) -> None:
         """Apply an assignment, reusing every open task whose id is still assigned.
 
-        1. Close (clean, checkpoint written) the tasks no longer assigned in any role.
+        1. Close (clean, checkpoint written) the tasks no longer assigned in any role,
+           initial standbys included: the cleaner removes their directories later.
         2. Recycle the kept ones into their new role, keeping their open stores: an
-           active turned standby tails from its committed offsets; a standby or warmup
-           turned active restores only what it is behind.
-        3. Create, open and start the new ones.
+           active turned standby tails from its committed offsets; a standby, warmup or
+           initial standby turned active restores only what it is behind.
+        3. Open the new ones, check their stored offsets against the changelogs, start.
         """
+        if self._first_assignment_at is None:
+            self._first_assignment_at = self._ctx.clock.monotonic()
         roles = _roles(assignment)
         for task_id in sorted(set(self.tasks) - set(roles)):
             self._close(self.tasks.pop(task_id), clean=True)
+        created: list[Task] = []
         for task_id, role in sorted(roles.items()):
             task = self.tasks.get(task_id)
             if task is None:
-                self._create(task_id, role)
+                task = self._open(task_id, role)
+                if task is not None:
+                    created.append(task)
+            elif task.role is TaskRole.INITIAL_STANDBY:
+                self._recycle_initial_standby(task, role)
             elif task.state is TaskState.SUSPENDED:
                 resumed = role is TaskRole.ACTIVE and task.id in self._was_running
                 task.recycle(role)
                 self._start(task, resumed)
+        self._check_offsets(created)
+        for task in created:
+            self._start(task, resumed=False)
         self._publish_kinds()
         self._log.info(
             "assignment.applied",
@@ -98,23 +113,97 @@ class TaskManager:
         self.on_change()
 
     def _publish_kinds(self) -> None:
-        for role in (TaskRole.ACTIVE, TaskRole.STANDBY, TaskRole.WARMUP):
+        for role in TaskRole:
             count = sum(1 for t in self.tasks.values() if t.role is role)
             self._ctx.metrics.tasks.labels(kind=role.value).set(count)
 
-    def _create(self, task_id: TaskId, role: TaskRole) -> None:
+    # -- initial standbys: state found on disk, opened before the group join ----------
+
+    def open_initial_standbys(
+        self, task_ids: Iterable[TaskId], partitions: Mapping[int, int]
+    ) -> None:
+        """Open every non-empty task directory of a stateful sub-topology as an initial standby.
+
+        Runs before the group join, so corrupt state is found (and wiped) now, while
+        another instance may still hold a good copy, and the first subscription reports
+        what is really on disk. Directories of sub-topologies or partitions the topology
+        no longer has are left alone for the cleaner.
+        """
+        opened: list[Task] = []
+        for task_id in task_ids:
+            subtopology = self._subtopologies.get(task_id.subtopology)
+            if subtopology is None or not subtopology.stores:
+                self._log.info("initial_standby.skipped", task_id=str(task_id), reason="stateless")
+                continue
+            if task_id.partition >= partitions.get(task_id.subtopology, 0):
+                self._log.info(
+                    "initial_standby.skipped", task_id=str(task_id), reason="no partition"
+                )
+                continue
+            task = self._open(task_id, TaskRole.INITIAL_STANDBY)
+            if task is not None:
+                opened.append(task)
+                self._ctx.metrics.initial_standbys_created.inc()
+        self._check_offsets(opened)
+        self._publish_kinds()
+        self._log.info("initial_standbys.opened", tasks=sorted(str(t.id) for t in opened))
+
+    def _recycle_initial_standby(self, task: Task, role: TaskRole) -> None:
+        task.recycle(role)
+        into = "active" if role is TaskRole.ACTIVE else "standby"
+        self._ctx.metrics.initial_standbys_recycled.labels(into=into).inc()
+        task.log.info("initial_standby.recycled", into=role.value)
+        self._start(task, resumed=False)
+
+    def _open(self, task_id: TaskId, role: TaskRole) -> Task | None:
+        """Create and open a task; a store that cannot be read is wiped and reopened empty."""
         subtopology = self._subtopologies.get(task_id.subtopology)
         if subtopology is None:
             self._log.error("assignment.unknown_subtopology", task_id=str(task_id))
-            return
+            return None
         task = Task(task_id, role, subtopology, self._ctx)
         try:
             task.open()
         except TaskCorrupted as exc:
             task.transition(TaskState.CORRUPTED, exc.reason)
-            task.wipe("corrupted_at_open")
+            task.wipe("corrupt_store")
         self.tasks[task_id] = task
-        self._start(task, resumed=False)
+        return task
+
+    def _check_offsets(self, tasks: list[Task]) -> None:
+        """Wipe tasks whose stored offsets lie beyond their changelog's end.
+
+        Such state belongs to another incarnation of the changelog (the topic was
+        deleted and recreated, or the cluster replaced): restoring on top of it would
+        mix two histories, and on some brokers the restore would never see an end.
+        Ends come from the fetch path's high watermark, in one batch for all tasks.
+        """
+        wanted = {tp: (task, off) for task in tasks for tp, off in task.stored_offsets().items()}
+        if not wanted or self._high_watermarks is None:
+            return
+        ends = self._high_watermarks(list(wanted))
+        beyond: dict[TaskId, Task] = {}
+        for tp, end in ends.items():
+            task, offset = wanted[tp]
+            if offset >= end:
+                task.log.warning(
+                    "state.offset_beyond_changelog_end",
+                    changelog=f"{tp[0]}-{tp[1]}",
+                    offset=offset,
+                    end=end,
+                )
+                beyond[task.id] = task
+        for task in beyond.values():
+            task.transition(TaskState.CORRUPTED, "offset beyond changelog end")
+            task.wipe("offset_beyond_changelog_end")
+
+    def clean_state_dir(self) -> None:
+        """Delete task directories nobody owns that are older than state.cleanup.delay.ms."""
+        if self._first_assignment_at is None:
+            return  # until the first assignment every directory may still be claimed
+        removed = self._ctx.state_dir.clean_unowned(self._ctx.settings.state_cleanup_delay_ms)
+        for task_id in removed:
+            self._log.info("state.cleaned", task_id=str(task_id))
 
     def _start(self, task: Task, resumed: bool) -> None:
         """Actives restore (or resume processing at once); standbys start tailing."""
@@ -129,6 +218,9 @@ class TaskManager:
             self._reader.register(task)
 
     def _close(self, task: Task, clean: bool) -> None:
+        if task.role is TaskRole.INITIAL_STANDBY:
+            self._ctx.metrics.initial_standbys_closed.inc()
+            task.log.info("initial_standby.closed", reason="not assigned")
         self._stop_inputs(task)
         try:
             task.close(clean)
@@ -186,6 +278,10 @@ class TaskManager:
                 processed += 1
         if processed:
             self._ctx.metrics.processed_records.inc(processed)
+            if not self._first_processed and self._first_assignment_at is not None:
+                self._first_processed = True
+                elapsed = self._ctx.clock.monotonic() - self._first_assignment_at
+                self._ctx.metrics.first_process_after_join.set(elapsed)
         return processed
 
     def pending_bytes(self) -> int:

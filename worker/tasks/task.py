@@ -117,14 +117,20 @@ class Task:
         return self.role is TaskRole.ACTIVE
 
     def recycle(self, role: TaskRole) -> None:
-        """Take on a new role keeping the open stores and the lock (SUSPENDED tasks only).
+        """Take on a new role keeping the open stores and the lock.
 
-        Nothing is reopened or re-read: an active turned standby keeps its committed
-        stores and tails from their offsets; a standby turned active restores only what
-        it is behind.
+        Only a SUSPENDED task, or an initial standby (opened at start-up, still CREATED),
+        can change role. Nothing is reopened or re-read: an active turned standby keeps
+        its committed stores and tails from their offsets; a standby turned active
+        restores only what it is behind. The lock stays with this task object
+        throughout, so there is no hand-off that could leave it with the wrong owner.
         """
-        if self.state is not TaskState.SUSPENDED:
-            raise IllegalTransition(f"recycle needs a suspended task, {self.id} is {self.state}")
+        idle = self.state is TaskState.SUSPENDED or (
+            self.state in (TaskState.CREATED, TaskState.WIPED)
+            and self.role is TaskRole.INITIAL_STANDBY
+        )
+        if not idle:
+            raise IllegalTransition(f"cannot recycle {self.id} while {self.state.value}")
         if role is self.role:
             return
         self.log.info("task.recycle", into=role.value)
@@ -197,6 +203,15 @@ class Task:
             stored = self.stores[name].committed_offsets().get(tp)
             positions[tp] = None if stored is None else stored + 1
         return positions
+
+    def stored_offsets(self) -> dict[TP, int]:
+        """The committed changelog offset of every store that has one."""
+        offsets: dict[TP, int] = {}
+        for name, tp in self.changelogs.items():
+            stored = self.stores[name].committed_offsets().get(tp)
+            if stored is not None:
+                offsets[tp] = stored
+        return offsets
 
     def store_for_changelog(self) -> dict[TP, Store]:
         return {tp: self.stores[name] for name, tp in self.changelogs.items()}

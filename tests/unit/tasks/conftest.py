@@ -197,7 +197,15 @@ def harness(
     consumer = FakeDataConsumer()
     restore_consumer = FakeRestoreConsumer()
     reader = ChangelogReader(restore_consumer, metrics, batch_records=1000)  # type: ignore[arg-type]
-    manager = TaskManager(topology, ctx, reader, consumer, committer)  # type: ignore[arg-type]
+    manager = TaskManager(
+        topology,
+        ctx,
+        reader,  # type: ignore[arg-type]
+        consumer,  # type: ignore[arg-type]
+        committer,
+        # The ends the fake broker holds, as the fetch path would report them.
+        high_watermarks=lambda tps: {tp: restore_consumer.end_offset(tp) for tp in tps},
+    )
     yield Harness(
         manager, ctx, collector, committer, consumer, restore_consumer, clock, metrics, state_dir
     )
