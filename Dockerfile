@@ -2,7 +2,11 @@
 # reuses its local RocksDB stores instead of restoring them from the changelogs.
 #
 #   docker build -t worker .
-#   docker run -v worker-state:/var/lib/worker -e WORKER_BOOTSTRAP_SERVERS=kafka:9092 worker
+#   docker run --stop-timeout 60 -v worker-state:/var/lib/worker \
+#       -e WORKER_BOOTSTRAP_SERVERS=kafka:9092 worker
+#
+# --stop-timeout: docker SIGKILLs 10 s after its SIGTERM by default, before the worker's
+# own shutdown.timeout.ms (30 s) has run out; give it longer.
 FROM python:3.11-slim
 
 # WORKER_HTTP_HOST: the HTTP server must be reachable from outside the container
@@ -36,5 +40,7 @@ EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4).status != 200)"]
 
+# SIGTERM: stop fetching, commit, write .checkpoint files, leave the group, exit 0.
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["worker"]
 CMD ["start", "--config", "/etc/worker/worker.toml", "--state-dir", "/var/lib/worker"]

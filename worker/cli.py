@@ -156,5 +156,8 @@ def settings_from(config: Path | None, sets: tuple[str, ...]) -> Settings:
 
 
 from worker.dev.commands import dev  # noqa: E402  (registers the dev group)
+from worker.tools.state import state  # noqa: E402  (`worker state list|wipe`)
 
 main.add_command(dev)
+main.add_command(state)
+main.add_command(importlib.import_module("worker.spark.cli").spark)  # worker spark load ...

@@ -75,19 +75,21 @@ class Settings(BaseModel):
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("processing_guarantee")
-    @classmethod
-    def _only_implemented_guarantees(cls, value: str) -> str:
-        if value == "exactly_once_v2":
-            raise ValueError("exactly_once_v2 is not available in this version; use at_least_once")
-        return value
-
     @field_validator("application_server")
     @classmethod
     def _endpoint(cls, value: str) -> str:
         if value and not re.fullmatch(r"[^:\s]+:\d{1,5}", value):
             raise ValueError("must be host:port")
         return value
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly_once_v2"
+
+    @property
+    def commit_timeout_s(self) -> float:
+        """How long one commit (flush, offsets, transaction) may take before it counts as failed."""
+        return max(10.0, self.session_timeout_ms / 1000.0)
 
     def endpoint(self) -> str:
         """The host:port other instances use to reach this one's HTTP API."""

@@ -128,6 +128,12 @@ class Metrics:
             "Seconds from the first assignment to the first processed record",
             registry=r,
         )
+        self.task_revivals = Counter(
+            "worker_task_revivals_total",
+            "Active tasks closed dirty and revived from their last committed state",
+            ["reason"],
+            registry=r,
+        )
         self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
         self.commit_seconds = Histogram(
             "worker_commit_seconds",

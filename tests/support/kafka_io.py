@@ -53,3 +53,31 @@ def fold(records: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, b
         else:
             table[key] = value
     return table
+
+
+def records_since(bootstrap: str, topic: str, partition: int, since_ms: int) -> int:
+    """How many records of the partition carry a timestamp at or after ``since_ms``."""
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "test-reader",
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    count = 0
+    try:
+        consumer.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(10000, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == ck.KafkaError._PARTITION_EOF:
+                        return count
+                    raise AssertionError(f"reading {topic}-{partition}: {err}")
+                if msg.timestamp()[1] >= since_ms:
+                    count += 1
+        raise AssertionError(f"reading {topic}-{partition} did not finish")
+    finally:
+        consumer.close()

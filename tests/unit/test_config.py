@@ -195,13 +195,13 @@ def test_kafka_keys_pass_through_from_every_layer(tmp_path: Path) -> None:
     }
 
 
-def test_exactly_once_v2_is_rejected_with_a_clear_message() -> None:
-    with pytest.raises(ConfigError) as caught:
-        load(overrides={"processing.guarantee": "exactly_once_v2"}, environ={})
-
-    assert caught.value.key == "processing.guarantee"
-    assert "exactly_once_v2 is not available" in str(caught.value)
-    assert "at_least_once" in str(caught.value)
+def test_both_guarantees_are_accepted_and_anything_else_is_named() -> None:
+    assert load(
+        overrides={"processing.guarantee": "exactly_once_v2"}, environ={}
+    ).settings.exactly_once
+    assert not load(environ={}).settings.exactly_once
+    with pytest.raises(ConfigError, match="processing.guarantee"):
+        load(overrides={"processing.guarantee": "exactly_once"}, environ={})
 
 
 def test_shipped_config_file_loads_and_equals_the_defaults() -> None:

@@ -90,3 +90,42 @@ def demo(duration: float, rate: int, workdir: Path) -> None:
 
     code = demo_module.run_demo(duration, rate, workdir)
     sys.exit(code)
+
+
+@dev.command()
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory for the files (created; files of an earlier run replaced).",
+)
+@click.option("--accounts", default=200, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--per-account",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Payments per account.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "json", "parquet"]),
+    default="csv",
+    show_default=True,
+)
+@click.option("--files", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=23, show_default=True)
+def history(out: Path, accounts: int, per_account: int, fmt: str, files: int, seed: int) -> None:
+    """Write historical payments: the input of `worker spark load account-profiles`.
+
+    Parquet is written through Spark (the spark extra); CSV and JSON lines need nothing.
+    """
+    from worker.dev.history import HistoryError, write_history
+
+    try:
+        written = write_history(out, accounts, per_account, fmt, files, seed)
+    except (HistoryError, WorkerError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"wrote {written.rows} payments of {written.accounts} accounts to {out} ({fmt})")

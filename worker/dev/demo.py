@@ -14,12 +14,14 @@ changelog). The exit code is 0 only when both match and both workers exited 0.
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
@@ -399,9 +401,12 @@ def _run(
     drained_in = _wait_drained(workers, len(stream), DRAIN_TIMEOUT)
     for w in workers:
         w.metrics()  # the final numbers, before the workers go away
+    where = where_to_look(workers[0].port, accts[0].id)  # a live query, before the stop
     signals.cleaning = True  # from here on a Ctrl-C only hurries the stop
     _stop_workers(workers, STOP_GRACE, signals.hurried)  # each commits its last records
-    return _summarise(settings, accts, stream, produced_in, drained_in, workers)
+    code = _summarise(settings, accts, stream, produced_in, drained_in, workers)
+    print("\n".join(where), flush=True)
+    return code
 
 
 def _wait_ready(workers: list[DemoWorker], timeout: float) -> None:
@@ -578,6 +583,46 @@ def _summarise(
     matches = alerts_ok and totals_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    """(status, Location header, body) of one GET, redirects not followed."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.netloc, timeout=5)
+    try:
+        connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
+        response = connection.getresponse()
+        return response.status, response.getheader("Location") or "", response.read().decode()
+    finally:
+        connection.close()
+
+
+def where_to_look(port: int | None, key: str) -> list[str]:
+    """Where an operator looks: the metrics URL and an interactive query with its answer.
+
+    The query runs while the workers are still up; a 307 (the key's task is active on the
+    other worker) is shown and followed once.
+    """
+    if port is None:
+        return []
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}/stores/{app.TOTALS}/keys/{key}"
+    lines = [
+        "",
+        "where to look while workers run (this run's ports; every run picks new ones):",
+        f"  metrics:  {base}/metrics   (also /healthz, /readyz, /tasks)",
+        f"  query:    curl -sL {url}",
+    ]
+    try:
+        status, location, body = _get(url)
+        if status == 307:
+            lines.append(f"            -> 307, the key's task is active at {location}")
+            status, _, body = _get(location)
+        lines.append(f"            -> {status} {body}  (asked before the workers stopped)")
+    except OSError as exc:
+        lines.append(f"            -> no answer ({exc})")
+    lines.append("  more:     docs/operations.md (endpoints, state tools, deployment)")
+    return lines
 
 
 def _verdict(ok: bool, **problems: list[str]) -> str:

@@ -154,6 +154,10 @@ class _PositionedConsumer:
         ]
         if parts:
             self._consumer.incremental_assign(parts)
+            # A partition paused before it was last unassigned can come back paused:
+            # librdkafka keeps the flag on the partition object. A new assignment starts
+            # fetching, always.
+            self._consumer.resume(parts)
             self._assigned.update(positions)
 
     def remove(self, partitions: Iterable[TP]) -> None:
@@ -289,6 +293,10 @@ class DataConsumer(_PositionedConsumer):
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
+                # Under exactly-once, aborted input (another app's) must never be read.
+                "isolation.level": "read_committed"
+                if settings.exactly_once
+                else "read_uncommitted",
             }
         )
         super().__init__(config)
@@ -311,7 +319,7 @@ class RecordCollector:
     so a commit never records an offset for data Kafka does not have.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, extra: Mapping[str, Any] | None = None) -> None:
         config = base_config(settings, "producer")
         config.update(
             {
@@ -323,6 +331,8 @@ class RecordCollector:
                 "queue.buffering.max.messages": 1000000,
             }
         )
+        config.update(extra or {})
+        self._config = config
         self._producer = ck.Producer(config)
         self._errors: list[ck.KafkaError] = []
         self.acked: dict[TP, int] = {}

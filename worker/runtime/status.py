@@ -2,17 +2,31 @@
 
 The processing thread is the only writer; it publishes an immutable :class:`Status` after
 every change, and HTTP handlers read the latest one without locks (a reference swap is
-atomic in CPython).
+atomic in CPython). Besides the worker's state the snapshot carries what interactive
+queries and ``/tasks`` need: every local task with its stores' committed offsets and its
+lag (:func:`task_status`), and the routing metadata of the latest assignment
+(:class:`Routing`).
+
+The one live object in it is :attr:`StoreStatus.store`: other threads may call only
+``Store.get_committed`` on it, which is safe against the owner closing the store at any
+moment (it then raises ``StoreClosedError``).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
+from worker.assignment.model import Assignment
+from worker.assignment.task_id import TaskId
 from worker.errors import WorkerError
 from worker.observability import Metrics
+
+if TYPE_CHECKING:
+    from worker.tasks.task import Task
 
 
 class WorkerState(enum.Enum):
@@ -38,10 +52,107 @@ ALLOWED: dict[WorkerState, frozenset[WorkerState]] = {
 
 
 @dataclass(frozen=True)
+class StoreStatus:
+    """One store of a local task as the processing thread last saw it.
+
+    ``offset`` is the changelog offset committed with the store's data (the last record
+    applied), None when the store has none yet. ``store`` is the live store for
+    interactive queries: call only its thread-safe ``get_committed`` from other threads.
+    """
+
+    name: str
+    changelog: str
+    partition: int
+    offset: int | None
+    store: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class TaskStatus:
+    """One local task. ``lag``: changelog records its stores are behind the end, for
+    tasks reading a changelog (standbys, warmups, restoring actives); None otherwise
+    (running actives write their changelogs) or while unknown."""
+
     task_id: str
     kind: str
     state: str
+    stores: tuple[StoreStatus, ...] = ()
+    lag: int | None = None
+
+
+def _frozen_hosts(hosts: Mapping[str, frozenset[TaskId]]) -> Mapping[str, frozenset[TaskId]]:
+    return MappingProxyType({endpoint: frozenset(tasks) for endpoint, tasks in hosts.items()})
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where tasks live, for interactive-query routing.
+
+    ``endpoint`` is how other instances reach this one (``application.server``, else
+    ``http.host`` and the port the HTTP server really bound). ``active_hosts`` and
+    ``standby_hosts`` (warmups included) map each instance's endpoint to its tasks, from
+    the latest assignment (``generation``). ``partitions`` is the number of tasks of each
+    sub-topology, known once the topics have been checked at start-up.
+    """
+
+    endpoint: str = ""
+    active_hosts: Mapping[str, frozenset[TaskId]] = field(default_factory=dict)
+    standby_hosts: Mapping[str, frozenset[TaskId]] = field(default_factory=dict)
+    generation: int = -1
+    partitions: Mapping[int, int] = field(default_factory=dict)
+
+    def with_assignment(self, assignment: Assignment) -> Routing:
+        return Routing(
+            self.endpoint,
+            _frozen_hosts(assignment.active_hosts),
+            _frozen_hosts(assignment.standby_hosts),
+            assignment.generation,
+            self.partitions,
+        )
+
+    def with_partitions(self, partitions: Mapping[int, int]) -> Routing:
+        return Routing(
+            self.endpoint,
+            self.active_hosts,
+            self.standby_hosts,
+            self.generation,
+            MappingProxyType(dict(partitions)),
+        )
+
+    def active_host(self, task_id: TaskId) -> str | None:
+        """The endpoint the latest assignment gave ``task_id``'s active to, if any."""
+        return next((e for e, tasks in sorted(self.active_hosts.items()) if task_id in tasks), None)
+
+    def standby_hosts_of(self, task_id: TaskId) -> list[str]:
+        return sorted(e for e, tasks in self.standby_hosts.items() if task_id in tasks)
+
+
+def advertised_endpoint(application_server: str, http_host: str, bound_port: int) -> str:
+    """The endpoint this instance announces: ``application.server`` if set, else the
+    HTTP host with the port actually bound (``http.port = 0`` picks one)."""
+    return application_server or f"{http_host}:{bound_port}"
+
+
+LagFn = Callable[[TaskId], int | None]
+
+
+def task_status(task: Task, lag: LagFn) -> TaskStatus:
+    """A task as the snapshot shows it. Call on the processing thread only."""
+    stores = []
+    for name, store in task.stores.items():
+        topic, partition = task.changelogs[name]
+        offset = store.committed_offsets().get((topic, partition))
+        stores.append(StoreStatus(name, topic, partition, offset, store))
+    return TaskStatus(str(task.id), task.role.value, task.state.value, tuple(stores), lag(task.id))
+
+
+# How often the loop rebuilds the task list (offsets, lags) when nothing else changed.
+REFRESH_SECONDS = 0.25
+
+
+def no_lag(task_id: TaskId) -> int | None:
+    """The lag function before the changelog reader exists: unknown."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +161,13 @@ class Status:
     tasks: tuple[TaskStatus, ...] = ()
     heartbeat: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    routing: Routing = field(default_factory=Routing)
+    # When ``tasks`` was last rebuilt (``heartbeat`` moves every loop iteration).
+    published: float = 0.0
+
+    def task(self, task_id: TaskId) -> TaskStatus | None:
+        key = str(task_id)
+        return next((t for t in self.tasks if t.task_id == key), None)
 
     @property
     def ready(self) -> bool:

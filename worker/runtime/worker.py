@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from worker.assignment.model import Assignment, Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
 from worker.errors import TaskMigrated
+from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.kafka.clients import (
     Admin,
@@ -25,17 +28,31 @@ from worker.kafka.clients import (
 )
 from worker.kafka.membership import GroupMember
 from worker.kafka.topics import prepare_topics
+from worker.kafka.transactions import TransactionalCollector, group_metadata
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.loop import ProcessingLoop
 from worker.runtime.probing import ProbeScheduler
-from worker.runtime.status import Status, TaskStatus, WorkerState, WorkerStateMachine
+from worker.runtime.shutdown import ShutdownWatchdog
+from worker.runtime.status import (
+    REFRESH_SECONDS,
+    LagFn,
+    Routing,
+    Status,
+    TaskStatus,
+    WorkerState,
+    WorkerStateMachine,
+    advertised_endpoint,
+    no_lag,
+    task_status,
+)
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.tasks.commit import ExactlyOnceCommit
 from worker.tasks.manager import TaskManager
 from worker.tasks.state import TaskRole
-from worker.tasks.task import TaskContext
+from worker.tasks.task import Task, TaskContext
 
 
 class Worker:
@@ -62,6 +79,9 @@ class Worker:
         self._manager: TaskManager | None = None
         self._assigned = False
         self._probes: ProbeScheduler | None = None
+        self._routing = Routing()  # for queries: endpoint, host maps, tasks per sub-topology
+        self._lag: LagFn = no_lag
+        self._watchdog = ShutdownWatchdog(self._stop, settings.shutdown_timeout_ms / 1000.0)
 
     # -- control from other threads (signal handlers) --------------------------------
 
@@ -74,11 +94,9 @@ class Worker:
     def _publish(self) -> None:
         tasks: tuple[TaskStatus, ...] = ()
         if self._manager is not None:
-            tasks = tuple(
-                TaskStatus(str(t.id), t.role.value, t.state.value)
-                for t in self._manager.tasks.values()
-            )
-        self._status = Status(self._fsm.state, tasks, time.monotonic())
+            tasks = tuple(task_status(t, self._lag) for t in self._manager.tasks.values())
+        now = time.monotonic()
+        self._status = Status(self._fsm.state, tasks, now, routing=self._routing, published=now)
 
     def _set_state(self, state: WorkerState) -> None:
         self._fsm.transition(state)
@@ -90,17 +108,26 @@ class Worker:
         """Start everything, process until asked to stop, stop everything. Raises on fatal errors."""
         settings = self.settings
         state_dir = StateDirectory(Path(self._state_root), settings.application_id)
+        self._watchdog.start()  # from a stop request on, exit within shutdown.timeout.ms
         state_dir.open()
         try:
             self._set_state(WorkerState.STARTING)
             self.http = HttpServer(
-                settings.http_host, settings.http_port, self.metrics, self.status
+                settings.http_host,
+                settings.http_port,
+                self.metrics,
+                self.status,
+                QueryRouter(self.topology, self.status),
+            )
+            self._routing = Routing(
+                advertised_endpoint(settings.application_server, settings.http_host, self.http.port)
             )
             self.http.start()
             self._log.info(
                 "worker.starting",
                 process_id=state_dir.process_id,
                 http_port=self.http.port,
+                endpoint=self._routing.endpoint,
                 application_id=settings.application_id,
             )
             try:
@@ -116,7 +143,12 @@ class Worker:
         layout = prepare_topics(
             admin, self.topology, settings.application_id, settings.internal_topics_create
         )
-        collector = RecordCollector(settings)
+        self._routing = self._routing.with_partitions(layout.partitions)
+        collector = (
+            TransactionalCollector(settings, f"{settings.application_id}-{state_dir.process_id}")
+            if settings.exactly_once
+            else RecordCollector(settings)
+        )
         consumer = DataConsumer(settings)
         restore_consumer = RestoreConsumer(settings)
         env = RocksDBEnv(settings.rocksdb_memory_bytes)
@@ -124,6 +156,7 @@ class Worker:
         reader = ChangelogReader(
             restore_consumer, self.metrics, settings.restore_batch_records, self.clock
         )
+        self._lag = reader.lag
         listener = _Listener(self)
         member = GroupMember(
             settings,
@@ -142,6 +175,7 @@ class Worker:
             consumer,
             member,
             high_watermarks=lambda tps: fetch_high_watermarks(settings, tps),
+            commit_protocol=self._commit_protocol(collector, member),
         )
         manager.on_change = self._publish
         self._manager = manager
@@ -168,6 +202,23 @@ class Worker:
             self._shutdown(manager, member, consumer, restore_consumer, collector, clean)
         self._set_state(WorkerState.NOT_RUNNING)
         return 0
+
+    def _commit_protocol(
+        self, collector: RecordCollector, member: GroupMember
+    ) -> Callable[[list[Task]], dict[tuple[str, int], int]] | None:
+        """exactly_once_v2: transactions fenced by the member's generation; else the default."""
+        if not isinstance(collector, TransactionalCollector):
+            return None
+        settings = self.settings
+        return ExactlyOnceCommit(
+            collector,
+            lambda: group_metadata(
+                settings.application_id,
+                member.generation,
+                member.member_id,
+                settings.group_instance_id,
+            ),
+        )
 
     def _shutdown(
         self,
@@ -199,11 +250,14 @@ class Worker:
             self._fsm.state is WorkerState.REBALANCING and self._assigned and manager.all_running()
         ):
             self._set_state(WorkerState.RUNNING)
+        elif time.monotonic() - self._status.published >= REFRESH_SECONDS:
+            self._publish()  # fresh offsets and lags for /tasks and interactive queries
         else:
-            self._status = Status(self._status.state, self._status.tasks, time.monotonic())
+            self._status = replace(self._status, heartbeat=time.monotonic())
 
     def _on_assigned(self, assignment: Assignment) -> None:
         assert self._manager is not None
+        self._routing = self._routing.with_assignment(assignment)  # published by on_change
         self._manager.on_assigned(assignment)
         if self._probes is not None:
             self._probes.on_assignment(assignment)
@@ -225,11 +279,11 @@ class Worker:
         manager = self._manager
         if manager is None:
             return Subscription(
-                state_dir.process_id, self.settings.endpoint(), {}, frozenset(), frozenset()
+                state_dir.process_id, self._routing.endpoint, {}, frozenset(), frozenset()
             )
         return Subscription(
             process_id=state_dir.process_id,
-            endpoint=self.settings.endpoint(),
+            endpoint=self._routing.endpoint,
             task_offset_sums=manager.offset_sums(),
             prev_active=manager.tasks_by_role(TaskRole.ACTIVE),
             prev_standby=manager.tasks_by_role(

@@ -15,8 +15,12 @@ the format record can never collide with an offset.
 rocksdict errors are plain ``Exception`` objects carrying RocksDB's status text; they are
 classified in exactly one place, :func:`_translate`.
 
-Thread-safety: none. One owner thread (the task's) calls everything; interactive queries
-must be routed through that owner or serialised with it by the caller.
+Thread-safety: one owner thread (the task's) calls everything, with one exception:
+:meth:`Store.get_committed` may be called from any thread (interactive queries on the HTTP
+threads). It and the final step of :meth:`Store.close` hold the same lock, so such a read
+either completes before the database is closed or raises :class:`StoreClosedError`; it can
+never touch a closed database. The owner's own reads (:meth:`Store.get`) skip the lock: the
+owner never races itself, and the per-record path stays free of it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import struct
+import threading
 import weakref
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -131,6 +136,8 @@ class Store:
         self._pending_bytes = 0
         self._unflushed_wal_off = False
         self._iterators: weakref.WeakSet[_Records] = weakref.WeakSet()
+        # Serialises get_committed (any thread) with closing the database (owner thread).
+        self._close_lock = threading.Lock()
         self._wal_on = rocksdict.WriteOptions()
         self._wal_off = rocksdict.WriteOptions()
         # The stub declares a method; in 0.3.29 disable_wal is a property.
@@ -187,11 +194,12 @@ class Store:
                 self._atomic_flush(db)
         except BaseException as exc:
             first_error = exc
-        self._db = None
-        self._offsets_family = None
         try:
-            with _rocksdb_errors(self.path):
-                db.close()
+            with self._close_lock:  # waits for a read in progress on another thread
+                self._db = None
+                self._offsets_family = None
+                with _rocksdb_errors(self.path):
+                    db.close()
         except Exception:
             if first_error is None:
                 raise
@@ -222,7 +230,7 @@ class Store:
         """The value as this task sees it: buffered writes first, then RocksDB."""
         if key in self._buffer:
             return self._buffer[key]
-        return self.get_committed(key)
+        return self._read_committed(key)
 
     def pending(self) -> Mapping[bytes, bytes | None]:
         """Read-only live view of the buffer (``None`` = delete)."""
@@ -332,7 +340,16 @@ class Store:
         self._unflushed_wal_off = False
 
     def get_committed(self, key: bytes) -> bytes | None:
-        """The committed value, bypassing the buffer (interactive queries)."""
+        """The committed value, bypassing the buffer (interactive queries).
+
+        Thread-safe (see the module doc): may be called from any thread while the owner
+        works. Raises StoreClosedError once the store is closed, also when the close
+        happens on the owner thread at the same moment.
+        """
+        with self._close_lock:
+            return self._read_committed(key)
+
+    def _read_committed(self, key: bytes) -> bytes | None:
         db = self._require_open()
         try:
             return db.get(key)  # type: ignore[no-any-return]

@@ -7,7 +7,7 @@ member's rebalance callbacks (kafka-python fires them inside ``poll``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
@@ -17,18 +17,11 @@ from worker.observability import get_logger
 from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
 from worker.state.restore import ChangelogReader
+from worker.tasks.commit import AtLeastOnceCommit, CommitFailed, OffsetCommitter
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
 TP = tuple[str, int]
-
-
-class OffsetCommitter(Protocol):
-    """The group member's view the manager needs (narrow, so tests can fake it)."""
-
-    def commit(self, offsets: Mapping[TP, int]) -> None: ...
-
-    def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]: ...
 
 
 class TaskManager:
@@ -42,6 +35,7 @@ class TaskManager:
         consumer: DataConsumer,
         committer: OffsetCommitter,
         high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
+        commit_protocol: Callable[[list[Task]], dict[TP, int]] | None = None,
     ) -> None:
         self._subtopologies: dict[int, Subtopology] = {st.id: st for st in topology.subtopologies}
         self._ctx = ctx
@@ -52,6 +46,9 @@ class TaskManager:
         self._route: dict[TP, Task] = {}
         self._was_running: set[TaskId] = set()
         self._high_watermarks = high_watermarks
+        self._commit_protocol = commit_protocol or AtLeastOnceCommit(
+            ctx.collector, committer, ctx.settings.commit_timeout_s
+        )
         self._first_assignment_at: float | None = None
         self._first_processed = False
         self._log = get_logger(component="task_manager")
@@ -293,39 +290,47 @@ class TaskManager:
     # -- commit ----------------------------------------------------------------------
 
     def commit(self) -> bool:
-        """The at-least-once commit protocol (architecture.md), in order:
+        """Commit every running active task with the guarantee's protocol (tasks/commit.py),
+        then rewrite the ``.checkpoint`` files whose interval has passed.
 
-        1. produce every running task's buffered store changes to its changelogs;
-        2. flush the producer: every changelog and output record acknowledged;
-        3. write each store's buffer with its acked changelog offset in one batch;
-        4. commit the source offsets through the group member (fenced by generation);
-        5. rewrite ``.checkpoint`` files whose interval has passed.
-
-        A crash before 3 leaves the stores at the previous commit (the changelog tail is
-        restored on restart); a crash between 3 and 4 reprocesses some input (at least
-        once). Returns False when there was nothing to commit.
+        A commit that cannot complete drops the uncommitted work of every running task
+        and revives them from their last committed state (a log line and
+        ``worker_task_revivals_total``); the process keeps going. Returns False when there
+        was nothing to commit or the commit failed.
         """
         self._checkpoint_standbys()
         running = [t for t in self.tasks.values() if t.is_active and t.state is TaskState.RUNNING]
         if not any(t.needs_commit() for t in running):
             return False
         metrics = self._ctx.metrics
-        with metrics.commit_seconds.time():
-            for task in running:
-                task.produce_changelogs()
-            self._ctx.collector.flush(timeout=30.0)
-            acked = self._ctx.collector.acked
-            offsets: dict[TP, int] = {}
-            for task in running:
-                task.commit_stores(acked)
-                offsets.update(task.source_offsets_to_commit())
-            if offsets:
-                self._committer.commit(offsets)
-            for task in running:
-                task.mark_sources_committed(offsets)
-                task.maybe_write_checkpoint()
+        try:
+            with metrics.commit_seconds.time():
+                offsets = self._commit_protocol(running)
+        except CommitFailed as exc:
+            self._revive(running, exc)
+            return False
+        for task in running:
+            task.mark_sources_committed(offsets)
+            task.maybe_write_checkpoint()
         metrics.commits.inc()
         return True
+
+    def _revive(self, tasks: list[Task], failure: CommitFailed) -> None:
+        """Close dirty and revive: drop buffers and positions, restore, reprocess.
+
+        The stores hold only committed data (the buffers never reached RocksDB), so
+        reviving means restoring the changelog tail from the stored offsets (aborted
+        records are skipped under read_committed) and consuming from the committed
+        source offsets again.
+        """
+        self._log.warning("commit.failed", reason=failure.reason, error=str(failure))
+        for task in tasks:
+            self._stop_inputs(task)
+            task.discard_uncommitted()
+            task.transition(TaskState.SUSPENDED, f"commit failed: {failure.reason}")
+            self._ctx.metrics.task_revivals.labels(reason=failure.reason).inc()
+            self._start(task, resumed=False)
+        self.on_change()
 
     def _checkpoint_standbys(self) -> None:
         """Standby stores commit each batch they apply; only their .checkpoint lags behind."""

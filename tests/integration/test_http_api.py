@@ -1,0 +1,215 @@
+"""The HTTP API of two real workers sharing the example app's tasks, one standby each.
+
+Every endpoint is exercised over the network: a key whose task is active on the worker
+asked is answered there; a key whose task lives on the other worker is redirected to
+that worker's endpoint (from the assignment's host map) and answered there; with
+``allow_stale=true`` the standby copy answers with its lag in a header.
+"""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.example_app import PARTITIONS, ExampleData, example_data
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+TASKS = [f"0_{p}" for p in range(PARTITIONS)]
+TOTALS = "account-totals"
+
+
+class Reply:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.raw = body
+
+    @property
+    def json(self) -> Any:
+        return orjson.loads(self.raw)
+
+
+def get(endpoint: str, path: str) -> Reply:
+    """GET ``path`` on ``host:port`` without following redirects."""
+    host, port = endpoint.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return Reply(response.status, dict(response.getheaders()), response.read())
+    finally:
+        connection.close()
+
+
+def endpoint(worker: WorkerProcess) -> str:
+    return f"127.0.0.1:{worker.http_port}"
+
+
+def tasks_of(worker: WorkerProcess) -> dict[str, Any]:
+    reply = get(endpoint(worker), "/tasks")
+    assert reply.status == 200
+    return reply.json  # type: ignore[no-any-return]
+
+
+def settled(workers: list[WorkerProcess]) -> bool:
+    """Both ready; every task active on one worker and standby at lag 0 on the other."""
+    if not all(w.ready() for w in workers):
+        return False
+    kinds: dict[str, list[tuple[str, int | None]]] = {t: [] for t in TASKS}
+    for worker in workers:
+        for task in tasks_of(worker)["tasks"]:
+            kinds[task["task_id"]].append((task["kind"], task["lag"]))
+    return all(sorted(k for k, _ in v) == ["active", "standby"] for v in kinds.values()) and all(
+        lag == 0 for v in kinds.values() for kind, lag in v if kind == "standby"
+    )
+
+
+@pytest.fixture
+def pair(own_broker, worker_factory) -> Iterator[tuple[ExampleData, list[WorkerProcess]]]:
+    data = example_data(own_broker.bootstrap, accounts=60)
+    settings = {
+        "bootstrap.servers": own_broker.bootstrap,
+        "commit.interval.ms": 200,
+        "num.standby.replicas": 1,
+    }
+    workers = [worker_factory(name, settings=settings) for name in ("a", "b")]
+    for worker in workers:
+        worker.wait_ready(90)
+    data.produce(1500)
+    wait_until(
+        lambda: sum(w.metric("worker_processed_records_total") for w in workers) >= 1500,
+        60,
+        message="payments processed",
+    )
+    wait_until(
+        lambda: all(w.metric("worker_uncommitted_bytes") == 0 for w in workers),
+        30,
+        message="everything committed",
+    )
+    wait_until(lambda: settled(workers), 90, message="actives and caught-up standbys placed")
+    yield data, workers
+
+
+def test_every_endpoint_of_two_workers(pair: tuple[ExampleData, list[WorkerProcess]]) -> None:
+    data, (a, b) = pair
+    expected, _ = data.reference()
+
+    _health_and_metrics(a)
+    owners = _tasks_and_host_maps(a, b)
+    local, remote = _keys_by_owner(expected, a, b, owners)
+    _answered_here(a, local, expected)
+    _redirected_to_the_other_worker(a, b, remote, expected)
+    _stale_read_from_the_local_standby(a, remote, expected)
+    _clear_errors(a)
+
+
+def _health_and_metrics(worker: WorkerProcess) -> None:
+    health = get(endpoint(worker), "/healthz")
+    assert (health.status, health.json["alive"]) == (200, True)
+    ready = get(endpoint(worker), "/readyz")
+    assert (ready.status, ready.json["ready"], ready.json["state"]) == (200, True, "running")
+    metrics = get(endpoint(worker), "/metrics")
+    assert metrics.status == 200
+    names = {f.name for f in text_string_to_metric_families(metrics.raw.decode())}
+    assert {"worker_tasks", "worker_processed_records", "worker_standby_lag_records"} <= names
+
+
+def _tasks_and_host_maps(a: WorkerProcess, b: WorkerProcess) -> dict[str, str]:
+    """/tasks on both workers agree with each other; returns task -> active endpoint."""
+    ta, tb = tasks_of(a), tasks_of(b)
+    assert ta["endpoint"] == endpoint(a) and tb["endpoint"] == endpoint(b)
+    assert ta["active_hosts"] == tb["active_hosts"]
+    assert ta["standby_hosts"] == tb["standby_hosts"]
+    assert set(ta["active_hosts"]) == {endpoint(a), endpoint(b)}
+    for listing, worker in ((ta, a), (tb, b)):
+        actives = sorted(t["task_id"] for t in listing["tasks"] if t["kind"] == "active")
+        assert actives == listing["active_hosts"][endpoint(worker)]
+        for task in listing["tasks"]:
+            assert task["state"] == "running"
+            stores = {s["name"]: s for s in task["stores"]}
+            assert set(stores) == {"account-profiles", TOTALS}
+            assert all(isinstance(s["offset"], int) for s in stores.values())
+            assert stores[TOTALS]["partition"] == int(task["task_id"].split("_")[1])
+            assert (task["lag"] is None) == (task["kind"] == "active")
+    return {t: host for host, tasks in ta["active_hosts"].items() for t in tasks}
+
+
+def _keys_by_owner(
+    expected: dict[str, Any], a: WorkerProcess, b: WorkerProcess, owners: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    """Accounts whose task is active on a, and those active on b (as a's answers say)."""
+    local, remote = [], []
+    for account in sorted(expected):
+        reply = get(endpoint(a), f"/stores/{TOTALS}/keys/{account}")
+        assert reply.status in (200, 307), reply.raw
+        task = reply.headers["X-Worker-Task"]
+        assert owners[task] == (endpoint(a) if reply.status == 200 else endpoint(b))
+        (local if reply.status == 200 else remote).append(account)
+    assert local and remote, "the accounts spread over both workers"
+    return local, remote
+
+
+def _answered_here(a: WorkerProcess, accounts: list[str], expected: dict[str, Any]) -> None:
+    for account in accounts:
+        reply = get(endpoint(a), f"/stores/{TOTALS}/keys/{account}")
+        assert reply.status == 200
+        assert reply.headers["Content-Type"] == "application/json"
+        assert reply.headers["X-Worker-Served-By"] == "active"
+        assert "X-Worker-Standby-Lag" not in reply.headers
+        assert reply.json["value"] == expected[account]
+        assert reply.json["key"] == account
+
+
+def _redirected_to_the_other_worker(
+    a: WorkerProcess, b: WorkerProcess, accounts: list[str], expected: dict[str, Any]
+) -> None:
+    for account in accounts:
+        path = f"/stores/{TOTALS}/keys/{account}"
+        reply = get(endpoint(a), path)
+        assert reply.status == 307
+        target = urlsplit(reply.headers["Location"])
+        assert target.netloc == endpoint(b)  # the other worker's endpoint
+        assert reply.headers["X-Worker-Endpoint"] == endpoint(b)
+        assert target.path == path
+        followed = get(target.netloc, target.path)
+        assert followed.status == 200
+        assert followed.json["value"] == expected[account]
+        assert followed.headers["X-Worker-Served-By"] == "active"
+
+
+def _stale_read_from_the_local_standby(
+    a: WorkerProcess, accounts: list[str], expected: dict[str, Any]
+) -> None:
+    """a holds a standby of every task active on b: allow_stale answers from it."""
+    for account in accounts:
+        reply = get(endpoint(a), f"/stores/{TOTALS}/keys/{account}?allow_stale=true")
+        assert reply.status == 200
+        assert reply.headers["X-Worker-Served-By"] == "standby"
+        lag = int(reply.headers["X-Worker-Standby-Lag"])
+        assert lag == reply.json["lag"] == 0  # caught up: no traffic since it settled
+        assert reply.json["value"] == expected[account]
+
+
+def _clear_errors(a: WorkerProcess) -> None:
+    missing = get(endpoint(a), f"/stores/{TOTALS}/keys/no-such-account")
+    if missing.status == 307:
+        target = urlsplit(missing.headers["Location"])
+        missing = get(target.netloc, target.path)
+    assert missing.status == 404
+    assert missing.json["error"] == "key not found"
+    unknown = get(endpoint(a), "/stores/no-such-store/keys/x")
+    assert unknown.status == 404
+    assert unknown.json["stores"] == ["account-profiles", TOTALS]
+    bad = get(endpoint(a), f"/stores/{TOTALS}/keys/x?allow_stale=maybe")
+    assert bad.status == 400 and "allow_stale" in bad.json["error"]
+    table = get(endpoint(a), "/stores/account-profiles/keys/%ff")
+    assert table.status == 400

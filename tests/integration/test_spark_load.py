@@ -1,0 +1,350 @@
+"""Spark (local mode) loads tables into the real broker; workers apply, tail and restore them."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.kafka_io import fold, read_partition
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_until
+from worker.config import Settings, load
+from worker.dev import history, sample_data
+from worker.dev.demo import create_example_topics
+from worker.examples import payments as app
+from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.loader import read_topic
+from worker.partitioner import partition_for
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed (make install has it)")
+
+from worker.spark.errors import LoadIncomplete, LoadRejected  # noqa: E402
+from worker.spark.files import read_input  # noqa: E402
+from worker.spark.load import load_table  # noqa: E402
+from worker.spark.profiles import HISTORY_SCHEMA, account_profiles  # noqa: E402
+from worker.spark.session import session  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+TASKS = [f"0_{p}" for p in range(PARTITIONS)]
+ROWS = 100_000
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    running = session("local[2]", "worker-tests")
+    yield running
+    running.stop()
+
+
+def settings_for(bootstrap: str) -> Settings:
+    return load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
+
+
+def new_topic(settings: Settings, partitions: int = 3) -> str:
+    name = f"spark-load-{uuid.uuid4().hex[:8]}"
+    Admin(settings).create_topics([TopicSpec(name, partitions, {"cleanup.policy": "compact"})])
+    return name
+
+
+def table_in(bootstrap: str, topic: str) -> dict[bytes, bytes]:
+    """The table the topic holds: the latest value of each key (keys never change partition)."""
+    records = read_topic(settings_for(bootstrap), topic, timeout=60)
+    return fold([(0, key, value) for key, value in records])
+
+
+def records_in(bootstrap: str, topic: str) -> int:
+    return len(read_topic(settings_for(bootstrap), topic))
+
+
+def assert_matches_reference(table: dict[bytes, bytes], reference: dict[str, dict]) -> None:
+    got = {k.decode(): orjson.loads(v) for k, v in table.items()}
+    assert set(got) == set(reference)
+    for account, expected in reference.items():
+        profile = got[account]
+        assert profile["n"] == expected["n"], account
+        assert math.isclose(profile["mean"], expected["mean"], rel_tol=1e-12), account
+        assert math.isclose(profile["std"], expected["std"], rel_tol=1e-9, abs_tol=1e-9), account
+
+
+# -- the job without workers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_account_profiles_are_the_mean_spread_and_count_of_each_accounts_history(
+    spark, tmp_path, fmt
+):
+    history.write_history(tmp_path, accounts=50, per_account=9, fmt=fmt, files=3)
+    rows = history.payments(sample_data.accounts(50), 9)
+
+    df = account_profiles(
+        read_input(spark, [str(tmp_path)], "auto", None if fmt == "parquet" else HISTORY_SCHEMA)
+    )
+
+    got = {r["account"]: {"mean": r["mean"], "std": r["std"], "n": r["n"]} for r in df.collect()}
+    as_bytes = {k.encode(): orjson.dumps(v) for k, v in got.items()}
+    assert_matches_reference(as_bytes, history.reference_profiles(rows))
+
+
+def test_a_load_writes_keys_values_and_deletes_exactly_as_the_worker_serialises_them(
+    spark, bootstrap
+):
+    settings = settings_for(bootstrap)
+    topic = new_topic(settings)
+    df = spark.createDataFrame(
+        [("a", 1, "x"), ("b", 2, None), ("c", 3, "z")], "k STRING, n LONG, tag STRING"
+    )
+
+    result = load_table(df, topic, "k", "tag", settings, value_serde="str")
+
+    assert result.rows == 3 and result.summary.total_acked == 3
+    records = {
+        key: (partition, value)
+        for partition in range(3)
+        for _, key, value in read_partition(bootstrap, topic, partition)
+    }
+    assert records == {
+        b"a": (partition_for(b"a", 3), b"x"),
+        b"b": (partition_for(b"b", 3), None),  # a null value is a delete (tombstone)
+        b"c": (partition_for(b"c", 3), b"z"),
+    }
+
+
+def rejected_cases(spark: Any) -> dict[str, tuple[Any, dict[str, Any], str]]:
+    good = spark.createDataFrame([("a", 1), ("b", 2)], "k STRING, n LONG")
+    return {
+        "partition count": (good, {"partitions": 5}, "has 3 partitions but the job expects 5"),
+        "co-partitioning": (good, {"co_partition_with": ["__other"]}, "expects 7"),
+        "missing key column": (good, {"key_column": "id"}, "column 'id' not in the input"),
+        "null key": (
+            spark.createDataFrame([("a", 1), (None, 2)], "k STRING, n LONG"),
+            {},
+            "1 of 2 rows cannot be written.*key column 'k' is null",
+        ),
+        "value does not serialise": (
+            good,
+            {"value": lambda row: {"n": row["n"], "bad": {1, 2}} if row["n"] == 2 else row},
+            "1 of 2 rows cannot be written.*value of key 'b': not JSON-serialisable",
+        ),
+        "decimal value": (
+            spark.createDataFrame([("a", Decimal("1.50"))], "k STRING, n DECIMAL(5,2)"),
+            {},
+            "'n' is decimal\\(5,2\\).*cast it to double",
+        ),
+        "duplicate keys": (
+            spark.createDataFrame([("a", 1), ("a", 2), ("b", 3)], "k STRING, n LONG"),
+            {},
+            "key column 'k' is not unique: 'a' \\(2 rows\\)",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "partition count",
+        "co-partitioning",
+        "missing key column",
+        "null key",
+        "value does not serialise",
+        "decimal value",
+        "duplicate keys",
+    ],
+)
+def test_a_load_that_fails_its_checks_is_rejected_and_writes_nothing(spark, bootstrap, case):
+    settings = settings_for(bootstrap)
+    topic = new_topic(settings)
+    Admin(settings).create_topics([TopicSpec("__other", 7)])
+    df, overrides, message = rejected_cases(spark)[case]
+    args: dict[str, Any] = {"key_column": "k", "value": ["n"], **overrides}
+
+    with pytest.raises(LoadRejected, match=message):
+        load_table(df, topic, args.pop("key_column"), args.pop("value"), settings, **args)
+
+    assert records_in(bootstrap, topic) == 0
+
+
+def test_a_failed_write_reports_exactly_what_was_acknowledged(spark, bootstrap):
+    settings = settings_for(bootstrap)
+    topic = new_topic(settings)
+    rows = [(f"k{i}", "v") for i in range(1000)] + [("huge", "x" * 2_000_000)]
+    df = spark.createDataFrame(rows, "k STRING, v STRING").repartition(4)
+
+    with pytest.raises(LoadIncomplete) as failed:
+        load_table(df, topic, "k", "v", settings, value_serde="str")
+
+    summary = failed.value.summary
+    assert 0 < summary.total_acked < len(rows)
+    assert summary.total_acked == records_in(bootstrap, topic), "acked = what is in the topic"
+    assert "MSG_SIZE_TOO_LARGE" in " ".join(summary.errors)
+    assert f"{summary.total_acked} of {len(rows)} rows acknowledged" in str(failed.value)
+
+
+def test_the_cli_exits_1_on_a_failed_write_and_3_when_rejected(tmp_path, bootstrap):
+    settings = settings_for(bootstrap)
+    topic = new_topic(settings)
+    data = tmp_path / "rows.json"
+    lines = [{"k": f"k{i}", "v": "v"} for i in range(300)] + [{"k": "huge", "v": "x" * 2_000_000}]
+    data.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
+    base = [sys.executable, "-m", "worker", "spark", "load", "table", "--input", str(data)]
+    base += ["--topic", topic, "--key-column", "k", "--value-column", "v", "--value-serde", "str"]
+    base += ["--set", f"bootstrap.servers={bootstrap}"]
+
+    rejected = subprocess.run(
+        [*base, "--partitions", "4"], capture_output=True, text=True, timeout=180
+    )
+    failed = subprocess.run(base, capture_output=True, text=True, timeout=180)
+
+    assert rejected.returncode == 3, rejected.stderr
+    assert "load rejected, nothing written: topic" in rejected.stderr
+    assert "starting Spark" not in rejected.stderr, "the topic is checked before Spark starts"
+    assert rejected.stdout == ""
+    assert failed.returncode == 1, failed.stderr
+    acked = records_in(bootstrap, topic)
+    assert f"load incomplete: {acked} of 301 rows acknowledged" in failed.stderr
+    assert failed.stdout == ""
+
+
+# -- loading while workers run ---------------------------------------------------------------
+
+
+def roles(worker: WorkerProcess) -> dict[str, str]:
+    """task id -> kind, for tasks this worker runs (state running)."""
+    code, body = worker.get("/readyz")
+    return {t["task_id"]: t["kind"] for t in orjson.loads(body)["tasks"] if t["state"] == "running"}
+
+
+def settled(workers: list[WorkerProcess]) -> dict[str, dict[str, str]] | None:
+    """task -> {"active": name, "standby": name} once each task has both, on two workers."""
+    if not all(w.ready() for w in workers):
+        return None
+    found: dict[str, dict[str, list[str]]] = {t: {} for t in TASKS}
+    for worker in workers:
+        for task, kind in roles(worker).items():
+            found[task].setdefault(kind, []).append(worker.name)
+    layout = {}
+    for task, kinds in found.items():
+        if set(kinds) != {"active", "standby"} or any(len(v) != 1 for v in kinds.values()):
+            return None
+        layout[task] = {kind: names[0] for kind, names in kinds.items()}
+    return layout
+
+
+def caught_up(workers: list[WorkerProcess], layout: dict[str, dict[str, str]]) -> bool:
+    by_name = {w.name: w for w in workers}
+    if sum(w.metric("worker_processed_records_total") for w in workers) < ROWS:
+        return False
+    for task, holders in layout.items():
+        lag = by_name[holders["standby"]].metric_samples("worker_standby_lag_records")
+        if not any(labels.get("task") == task and value == 0 for _, labels, value in lag):
+            return False
+    return all(w.metric("worker_uncommitted_bytes") == 0 for w in workers)
+
+
+def read_store(worker: WorkerProcess, application_id: str, task: str) -> dict[bytes, bytes]:
+    path = worker.state_dir / application_id / task / "rocksdb" / app.PROFILES
+    assert path.is_dir(), f"{worker.name} has no {app.PROFILES} store for {task}"
+    store = Store.open(path, RocksDBEnv(16 * 1024 * 1024), app.PROFILES)
+    try:
+        return dict(store.iter_committed())
+    finally:
+        store.close()
+
+
+def stop_one_by_one(workers: list[WorkerProcess]) -> None:
+    """SIGTERM the workers last to first, each once the rest hold every task; each exits 0.
+
+    Stopping the last member while the group rebalances after another one left (both at
+    once, say) left the test broker's group unable to take a new member: the restarted
+    worker never finished joining. Leaving a settled group does not.
+    """
+    for index in range(len(workers) - 1, -1, -1):
+        assert workers[index].terminate(60) == 0, workers[index].name
+        rest = workers[:index]
+        if rest:
+            wait_until(
+                lambda rest=rest: (
+                    all(w.ready() for w in rest)
+                    and sum(w.metric("worker_tasks", kind="active") for w in rest) == PARTITIONS
+                ),
+                90,
+                message="the remaining workers took over every task",
+            )
+
+
+def run_cli_load(bootstrap: str, inputs: Path) -> str:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "worker", "spark", "load", "account-profiles",
+            "--input", str(inputs), "--set", f"bootstrap.servers={bootstrap}",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "spark load: account-profiles: 4 partitions, co-partitioned with payments" in done.stderr
+    return done.stdout
+
+
+def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_exactly(
+    own_broker, worker_factory, tmp_path
+):
+    bootstrap = own_broker.bootstrap
+    create_example_topics(settings_for(bootstrap), PARTITIONS)
+    history.write_history(tmp_path / "history", accounts=ROWS, per_account=3, files=4)
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "commit.interval.ms": 200,
+        "num.standby.replicas": 1,
+        "acceptable.recovery.lag": 10,
+    }
+    workers = [worker_factory(name, settings=settings) for name in ("a", "b")]
+    wait_until(lambda: settled(workers), 120, message="one active and one standby per task")
+
+    out = run_cli_load(bootstrap, tmp_path / "history")
+
+    assert out.startswith(f"loaded {ROWS} rows into {app.PROFILES} ({ROWS} acknowledged")
+    loaded = table_in(bootstrap, app.PROFILES)
+    assert len(loaded) == ROWS
+    assert_matches_reference(
+        loaded, history.reference_profiles(history.payments(sample_data.accounts(ROWS), 3))
+    )
+    layout = wait_until(lambda: settled(workers), 60, message="layout after the load")
+    wait_until(lambda: caught_up(workers, layout), 120, message="actives and standbys applied it")
+    layout = settled(workers)
+    assert layout is not None, "the tasks moved while the workers applied the load"
+    stop_one_by_one(workers)
+
+    by_name = {w.name: w for w in workers}
+    app_id = worker_factory.application_id
+    for role in ("active", "standby"):
+        copies: dict[bytes, bytes] = {}
+        for task, holders in layout.items():
+            store = read_store(by_name[holders[role]], app_id, task)
+            partition = int(task.split("_")[1])
+            assert all(partition_for(key, PARTITIONS) == partition for key in store), task
+            copies.update(store)
+        assert copies == loaded, f"the {role} copies hold exactly the loaded rows"
+
+    restarted = workers[0]
+    shutil.rmtree(restarted.state_dir)
+    restarted.start()
+    restarted.wait_ready(120)
+    assert restarted.metric("worker_restored_records_total", store=app.PROFILES) == ROWS
+    stop_one_by_one([restarted])
+    restored: dict[bytes, bytes] = {}
+    for task in TASKS:
+        restored.update(read_store(restarted, app_id, task))
+    assert restored == loaded

@@ -1,0 +1,158 @@
+"""HttpServer over real sockets: paths, query strings, headers, status codes, JSON bodies."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.unit.http.conftest import ME, OTHER, StatusBox, Stores, key_on, snapshot
+from worker.http.queries import QueryRouter
+from worker.http.server import HttpServer
+from worker.observability import Metrics
+from worker.processing.topology import BuiltTopology
+from worker.runtime.status import Status, WorkerState
+
+
+@pytest.fixture
+def server(topology: BuiltTopology, box: StatusBox) -> Iterator[HttpServer]:
+    running = HttpServer("127.0.0.1", 0, Metrics(), box, QueryRouter(topology, box))
+    running.start()
+    yield running
+    running.stop()
+
+
+def get(server: HttpServer, path: str) -> tuple[int, dict[str, str], bytes]:
+    """GET without following redirects: (status, headers, body)."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def get_json(server: HttpServer, path: str) -> tuple[int, dict[str, str], dict]:  # type: ignore[type-arg]
+    status, headers, body = get(server, path)
+    assert headers["Content-Type"] == "application/json"
+    return status, headers, orjson.loads(body)
+
+
+def test_metrics_are_prometheus_text(server: HttpServer) -> None:
+    status, headers, body = get(server, "/metrics")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain")
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert "worker_tasks" in names
+
+
+def test_healthz_follows_the_heartbeat(server: HttpServer, box: StatusBox) -> None:
+    box.current = Status(WorkerState.RUNNING, heartbeat=time.monotonic())
+    assert get_json(server, "/healthz")[0] == 200
+    box.current = Status(WorkerState.RUNNING, heartbeat=time.monotonic() - 3600)
+    code, _, body = get_json(server, "/healthz")
+    assert (code, body["alive"]) == (503, False)
+
+
+def test_readyz_is_503_while_rebalancing_or_restoring_and_200_when_every_active_runs(
+    server: HttpServer, box: StatusBox, stores: Stores
+) -> None:
+    box.current = snapshot(stores, {"0_0": ("active", "running")}, state=WorkerState.REBALANCING)
+    assert get_json(server, "/readyz")[0] == 503
+    box.current = snapshot(stores, {"0_0": ("active", "restoring")})
+    assert get_json(server, "/readyz")[0] == 503
+    box.current = snapshot(stores, {"0_0": ("active", "running"), "0_1": ("standby", "running")})
+    code, _, body = get_json(server, "/readyz")
+    assert code == 200
+    assert body["tasks"] == [
+        {"task_id": "0_0", "kind": "active", "state": "running"},
+        {"task_id": "0_1", "kind": "standby", "state": "running"},
+    ]
+
+
+def test_a_key_lookup_answers_json_with_the_routing_headers(
+    server: HttpServer, box: StatusBox, stores: Stores
+) -> None:
+    key = key_on(1)
+    stores.put("counts", key.encode(), b'{"count":2}')
+    box.current = snapshot(stores, {"0_1": ("active", "running")}, {ME: ["0_1"]})
+    code, headers, body = get_json(server, f"/stores/counts/keys/{key}")
+    assert (code, body["value"]) == (200, {"count": 2})
+    assert headers["X-Worker-Task"] == "0_1"
+
+
+def test_a_redirect_carries_the_other_endpoint_and_keeps_path_and_query(
+    server: HttpServer, box: StatusBox, stores: Stores
+) -> None:
+    box.current = snapshot(stores, {}, {OTHER: ["0_0", "0_1", "0_2", "0_3"]})
+    raw = "/stores/counts/keys/" + quote("a b/c", safe="") + "?allow_stale=false"
+    code, headers, body = get_json(server, raw)
+    assert code == 307
+    assert headers["Location"] == f"http://{OTHER}{raw}"
+    assert body["redirect"] == headers["Location"]
+
+
+def test_percent_encoded_keys_are_decoded_once(
+    server: HttpServer, box: StatusBox, stores: Stores
+) -> None:
+    key = "a b/ü+%"
+    stores.put("counts", key.encode(), b"1")
+    box.current = snapshot(stores, {t: ("active", "running") for t in ("0_0", "0_1", "0_2", "0_3")},
+                           {ME: ["0_0", "0_1", "0_2", "0_3"]})  # fmt: skip
+    code, _, body = get_json(server, "/stores/counts/keys/" + quote(key, safe=""))
+    assert (code, body["key"], body["value"]) == (200, key, 1)
+
+
+@pytest.mark.parametrize(
+    ("query", "stale"),
+    [("allow_stale=true", True), ("allow_stale", True), ("allow_stale=1", True), ("", False)],
+)
+def test_allow_stale_is_a_boolean_flag(
+    server: HttpServer, box: StatusBox, stores: Stores, query: str, stale: bool
+) -> None:
+    box.current = snapshot(stores, {"0_2": ("standby", "running", 0)}, {OTHER: ["0_2"]})
+    code, _, _ = get_json(server, f"/stores/counts/keys/{key_on(2)}?{query}")
+    assert code == (404 if stale else 307)  # answered here (key absent) or redirected
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("/stores/counts/keys/k?allow_stale=maybe", 400),
+        ("/stores/counts/keys/k?limit=3", 400),
+        ("/stores/counts/keys/%ff", 400),
+        ("/stores/tags/keys/unquoted", 400),
+        ("/stores/nope/keys/k", 404),
+        ("/stores/counts/keys", 404),
+        ("/stores/counts/keys/a/b", 404),
+        ("/elsewhere", 404),
+    ],
+)
+def test_bad_requests_get_a_json_error(server: HttpServer, path: str, code: int) -> None:
+    status, _, body = get_json(server, path)
+    assert status == code
+    assert body["error"]
+
+
+def test_tasks_is_json(server: HttpServer, box: StatusBox, stores: Stores) -> None:
+    box.current = snapshot(stores, {"0_0": ("active", "running")}, {ME: ["0_0"]})
+    code, _, body = get_json(server, "/tasks")
+    assert code == 200
+    assert [t["task_id"] for t in body["tasks"]] == ["0_0"]
+
+
+def test_without_a_router_only_the_health_endpoints_exist(box: StatusBox) -> None:
+    plain = HttpServer("127.0.0.1", 0, Metrics(), box)
+    plain.start()
+    try:
+        assert get(plain, "/tasks")[0] == 404
+        assert get(plain, "/stores/counts/keys/k")[0] == 404
+        assert get(plain, "/healthz")[0] in (200, 503)
+    finally:
+        plain.stop()

@@ -1,0 +1,239 @@
+"""Interactive queries and ``/tasks``, answered from the published status snapshot.
+
+:class:`QueryRouter` is read-only. Everything it knows comes from two things the runtime
+hands it: the topology (stores, their serdes, their sub-topologies) and a callable
+returning the latest :class:`~worker.runtime.status.Status`, which the processing thread
+publishes. From the snapshot it takes the local tasks (kind, state, stores, offsets,
+lag), the latest assignment's host maps, this instance's endpoint and the number of
+tasks per sub-topology. It never touches the task manager: the only live objects it
+uses are stores, through ``Store.get_committed``, which is safe against the processing
+thread closing the store at any moment (it raises ``StoreClosedError`` then).
+
+``GET /stores/{store}/keys/{key}[?allow_stale=true]``, in order:
+
+1. unknown store -> 404; key text the store's key serde cannot take -> 400
+   (:mod:`worker.http.keys`);
+2. the owning task: murmur2 of the key bytes over the sub-topology's task count, the
+   partition a producer would pick, so the task whose store holds the key;
+3. that task is a running active here -> read its store: 200 with the committed
+   value, 404 when the key is absent;
+4. ``allow_stale=true`` and a copy of the task is open here (standby, warmup, initial
+   standby, or an active still restoring) -> read that copy; the reply carries
+   ``X-Worker-Standby-Lag`` (records behind the changelog, or ``unknown``);
+5. the latest assignment puts the task's active on another instance -> 307 to the same
+   path and query on that instance's endpoint (``Location``, ``X-Worker-Endpoint``);
+   with ``allow_stale=true`` and no active known, to an instance with a standby;
+6. otherwise (no assignment yet, rebalancing, the active here is restoring) -> 503 with
+   ``Retry-After``.
+
+A store closed between taking the snapshot and reading it (the task was closed or
+moved) is retried once against a newer snapshot; if that does not help, 503.
+
+Thread-safety: every method may be called from any number of threads at once; each
+request reads one snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.assignment.task_id import TaskId
+from worker.http.keys import BadKey, key_bytes, render_key, render_value
+from worker.partitioner import partition_for
+from worker.processing.topology import BuiltTopology, StoreSpec, Subtopology
+from worker.runtime.status import Status, StoreStatus, TaskStatus
+from worker.serde import SerdeError
+from worker.state.store import StoreClosedError
+
+RETRY_AFTER_SECONDS = "1"
+LAG_HEADER = "X-Worker-Standby-Lag"
+TASK_HEADER = "X-Worker-Task"
+SERVED_BY_HEADER = "X-Worker-Served-By"
+ENDPOINT_HEADER = "X-Worker-Endpoint"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An HTTP answer: status code, a JSON-ready body and extra headers."""
+
+    status: int
+    body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Query:
+    store: str
+    spec: StoreSpec
+    subtopology: Subtopology
+    key: bytes
+    key_text: str
+    allow_stale: bool
+    path: str  # the request's raw path and query, reused for redirects
+
+
+class QueryRouter:
+    """Answers key lookups and ``/tasks`` from the status snapshot (see the module doc)."""
+
+    def __init__(self, topology: BuiltTopology, status: Callable[[], Status]) -> None:
+        self._status = status
+        self._stores: dict[str, tuple[Subtopology, StoreSpec]] = {
+            spec.name: (st, spec) for st in topology.subtopologies for spec in st.stores
+        }
+
+    @property
+    def store_names(self) -> list[str]:
+        return sorted(self._stores)
+
+    def owner(self, store: str, key: bytes, status: Status | None = None) -> TaskId | None:
+        """The task whose ``store`` holds ``key``; None until the task count is known.
+
+        Raises KeyError for an unknown store.
+        """
+        subtopology, _spec = self._stores[store]
+        snapshot = status or self._status()
+        tasks = snapshot.routing.partitions.get(subtopology.id)
+        if not tasks:
+            return None
+        return TaskId(subtopology.id, partition_for(key, tasks))
+
+    # -- GET /stores/{store}/keys/{key} ----------------------------------------------
+
+    def get(self, store: str, key_text: str, allow_stale: bool, path: str) -> Reply:
+        """Answer one key lookup; ``path`` is the raw request path and query."""
+        found = self._stores.get(store)
+        if found is None:
+            return Reply(404, {"error": f"unknown store {store!r}", "stores": self.store_names})
+        subtopology, spec = found
+        try:
+            key = key_bytes(spec.key_serde, key_text)
+        except BadKey as exc:
+            return Reply(400, {"error": f"bad key for store {store!r}: {exc}", "store": store})
+        query = _Query(store, spec, subtopology, key, key_text, allow_stale, path)
+        status = self._status()
+        reply = self._answer(query, status)
+        if reply is None:  # the store closed under us: one more try on a newer snapshot
+            newer = self._status()
+            reply = self._answer(query, newer) if newer is not status else None
+        return reply or _unavailable(query, "the store was closed (task closing or moving)")
+
+    def _answer(self, query: _Query, status: Status) -> Reply | None:
+        """Steps 2-6 of the module doc on one snapshot; None if the store was closed."""
+        task_id = self.owner(query.store, query.key, status)
+        if task_id is None:
+            return _unavailable(query, "the number of tasks is not known yet (starting)")
+        local = status.task(task_id)
+        if local is not None and local.kind == "active" and local.state == "running":
+            return _read(query, task_id, local, stale=False)
+        if query.allow_stale and local is not None and _store_of(local, query.store):
+            return _read(query, task_id, local, stale=True)
+        routing = status.routing
+        target = routing.active_host(task_id)
+        if target is None and query.allow_stale:
+            target = next(
+                (h for h in routing.standby_hosts_of(task_id) if h != routing.endpoint), None
+            )
+        if target is not None and target != routing.endpoint:
+            return _redirect(query, task_id, target)
+        if local is not None:
+            why = f"task {task_id} is {local.kind} and {local.state} here"
+        elif target == routing.endpoint:
+            why = f"task {task_id} was just assigned here and is not open yet"
+        else:
+            why = f"no instance hosts task {task_id} yet (state {status.state.value})"
+        return _unavailable(query, why, task_id)
+
+    # -- GET /tasks ------------------------------------------------------------------
+
+    def tasks(self) -> Reply:
+        """This instance's tasks, and the latest assignment's routing metadata."""
+        status = self._status()
+        routing = status.routing
+        return Reply(
+            200,
+            {
+                "endpoint": routing.endpoint,
+                "state": status.state.value,
+                "generation": routing.generation,
+                "tasks": [_task_json(t) for t in status.tasks],
+                "active_hosts": _hosts_json(routing.active_hosts),
+                "standby_hosts": _hosts_json(routing.standby_hosts),
+            },
+        )
+
+
+def _store_of(task: TaskStatus, name: str) -> StoreStatus | None:
+    return next((s for s in task.stores if s.name == name and s.store is not None), None)
+
+
+def _read(query: _Query, task_id: TaskId, local: TaskStatus, stale: bool) -> Reply | None:
+    view = _store_of(local, query.store)
+    if view is None:
+        return None  # an active without its stores: closing; retried on a newer snapshot
+    try:
+        data = view.store.get_committed(query.key)
+    except StoreClosedError:
+        return None
+    headers = {TASK_HEADER: str(task_id), SERVED_BY_HEADER: local.kind}
+    if stale:
+        headers[LAG_HEADER] = "unknown" if local.lag is None else str(local.lag)
+    body: dict[str, Any] = {
+        "store": query.store,
+        "key": render_key(query.spec.key_serde, query.key),
+        "task": str(task_id),
+        "kind": local.kind,
+    }
+    if stale:
+        body["lag"] = local.lag
+    if data is None:
+        return Reply(404, {"error": "key not found", **body}, headers)
+    try:
+        value, encoding = render_value(query.spec.value_serde, data)
+    except SerdeError as exc:
+        return Reply(500, {"error": f"stored value does not decode: {exc}", **body}, headers)
+    body["value"] = value
+    if encoding != "json":
+        body["encoding"] = encoding
+    return Reply(200, body, headers)
+
+
+def _redirect(query: _Query, task_id: TaskId, endpoint: str) -> Reply:
+    location = f"http://{endpoint}{query.path}"
+    return Reply(
+        307,
+        {
+            "redirect": location,
+            "endpoint": endpoint,
+            "task": str(task_id),
+            "store": query.store,
+        },
+        {"Location": location, ENDPOINT_HEADER: endpoint, TASK_HEADER: str(task_id)},
+    )
+
+
+def _unavailable(query: _Query, why: str, task_id: TaskId | None = None) -> Reply:
+    body: dict[str, Any] = {"error": f"not available now: {why}; retry", "store": query.store}
+    headers = {"Retry-After": RETRY_AFTER_SECONDS}
+    if task_id is not None:
+        body["task"] = str(task_id)
+        headers[TASK_HEADER] = str(task_id)
+    return Reply(503, body, headers)
+
+
+def _task_json(task: TaskStatus) -> dict[str, Any]:
+    return {
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "state": task.state,
+        "lag": task.lag,
+        "stores": [
+            {"name": s.name, "changelog": s.changelog, "partition": s.partition, "offset": s.offset}
+            for s in task.stores
+        ],
+    }
+
+
+def _hosts_json(hosts: Mapping[str, frozenset[TaskId]]) -> dict[str, list[str]]:
+    return {endpoint: sorted(map(str, tasks)) for endpoint, tasks in sorted(hosts.items())}

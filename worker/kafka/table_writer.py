@@ -1,0 +1,228 @@
+"""Writing serialised table records to explicit partitions: the producer behind Spark loads.
+
+A Spark job computes each row's key and value bytes and its partition (murmur2 of the key
+bytes, ``worker.partitioner``, the function the worker itself uses) and hands them to one
+:class:`TableWriter` per Spark partition. The writer is an idempotent producer with
+``acks=all`` writing to the partition it is told, never choosing one itself; ``None`` as
+a value is a delete (a tombstone on the compacted topic).
+
+It counts what the broker acknowledged, per partition, and nothing else: a record that
+failed, or was still in flight at the flush deadline, is never counted as written. After
+the first failure it stops sending (the rest of the load would only repeat the error) and
+reports the failure with the counts so far.
+
+Runs inside Spark's Python workers as well as in the driver: everything it needs comes
+in as a plain librdkafka config dict (:func:`writer_config`), which pickles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import confluent_kafka as ck
+
+from worker.config import Settings
+from worker.kafka.clients import base_config
+from worker.kafka.loader import LoadFailed
+
+Record = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a delete)
+_MAX_ERRORS = 5  # error texts kept per summary: enough to diagnose, bounded in size
+_POLL_EVERY = 1000  # serve delivery callbacks every this many records
+
+
+def writer_config(settings: Settings, *, message_timeout_ms: int = 120_000) -> dict[str, Any]:
+    """The librdkafka config of a table writer: the operator's settings plus idempotence.
+
+    ``message_timeout_ms`` bounds how long one record may stay unacknowledged (librdkafka
+    retries until then); a load against an unreachable broker fails after it.
+    """
+    config = base_config(settings, "table-writer")
+    config.update(
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            # Partitions are always explicit; murmur2 is set anyway so that a record
+            # produced without one could never land elsewhere than the worker expects.
+            "partitioner": "murmur2_random",
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 500000,
+            "message.timeout.ms": message_timeout_ms,
+        }
+    )
+    return config
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSummary:
+    """What one or more writers achieved. Merge summaries of several writers with ``+``."""
+
+    acked: dict[int, int] = field(default_factory=dict)  # partition -> records acknowledged
+    failed: int = 0  # records the client or the broker rejected
+    unacked: int = 0  # records still unacknowledged at the flush deadline
+    errors: tuple[str, ...] = ()  # the first few error texts
+
+    @property
+    def total_acked(self) -> int:
+        return sum(self.acked.values())
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed or self.unacked or self.errors)
+
+    def __add__(self, other: WriteSummary) -> WriteSummary:
+        acked = dict(self.acked)
+        for partition, count in other.acked.items():
+            acked[partition] = acked.get(partition, 0) + count
+        return WriteSummary(
+            acked,
+            self.failed + other.failed,
+            self.unacked + other.unacked,
+            (self.errors + other.errors)[:_MAX_ERRORS],
+        )
+
+    def describe(self) -> str:
+        """One line: acknowledged per partition, and what failed."""
+        parts = " ".join(f"p{p}={n}" for p, n in sorted(self.acked.items())) or "none"
+        text = f"{self.total_acked} acknowledged ({parts})"
+        if not self.ok:
+            text += f", {self.failed} failed, {self.unacked} unacknowledged"
+            if self.errors:
+                text += f" (first error: {self.errors[0]})"
+        return text
+
+
+class TableWriteFailed(LoadFailed):
+    """Some records were not acknowledged; ``summary`` says exactly which were."""
+
+    def __init__(self, topic: str, summary: WriteSummary) -> None:
+        super().__init__(f"{topic}: {summary.describe()}")
+        self.topic = topic
+        self.summary = summary
+
+
+class TableWriter:
+    """One idempotent, acks=all producer writing records to the partitions it is given.
+
+    Not thread-safe: one owner calls :meth:`write` then :meth:`finish` once. ``finish``
+    always closes the producer, whatever happened; it never raises.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topic: str,
+        num_partitions: int,
+        *,
+        producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
+    ) -> None:
+        if num_partitions <= 0:
+            raise ValueError("num_partitions must be positive")
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self._acked = [0] * num_partitions
+        self._failed = 0
+        self._errors: list[str] = []
+        self._sent = 0
+        self._closed = False
+        self._producer = producer_factory({**config, "error_cb": self._on_client_error})
+
+    @property
+    def failed(self) -> bool:
+        """True once any record failed or the client hit a fatal error: stop writing."""
+        return bool(self._errors)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self._acked[msg.partition()] += 1
+        else:
+            self._failed += 1
+            self._note(f"delivery to {self.topic}[{msg.partition()}]: {err}")
+
+    def _on_client_error(self, err: Any) -> None:
+        # Transport errors are retried by librdkafka until message.timeout.ms and then
+        # surface as delivery errors; only a fatal error ends the load by itself.
+        if err.fatal():
+            self._note(f"fatal producer error: {err}")
+
+    def _note(self, text: str) -> None:
+        if len(self._errors) < _MAX_ERRORS:
+            self._errors.append(text)
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> bool:
+        """Send one record to ``partition``. Returns False (sending nothing) after a failure.
+
+        Raises ValueError for a partition outside the topic or a key that is not bytes:
+        the caller computed them, so either is a bug, not a broker problem.
+        """
+        if self._errors:
+            return False
+        if not 0 <= partition < self.num_partitions:
+            raise ValueError(f"partition {partition} outside 0..{self.num_partitions - 1}")
+        if type(key) is not bytes:
+            raise ValueError(f"table keys must be bytes, got {type(key).__name__}")
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value, key, partition=partition, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: let deliveries drain
+            except ck.KafkaException as exc:
+                self._failed += 1
+                self._note(f"produce to {self.topic}[{partition}]: {exc.args[0]}")
+                return False
+        self._sent += 1
+        if self._sent % _POLL_EVERY == 0:
+            self._producer.poll(0)
+        return not self._errors
+
+    def finish(self, timeout: float) -> WriteSummary:
+        """Wait up to ``timeout`` s for every acknowledgement, close, and summarise."""
+        if self._closed:
+            raise RuntimeError("finish() was called already")
+        self._closed = True
+        unacked = 0
+        try:
+            unacked = int(self._producer.flush(timeout))
+        finally:
+            self._producer = None
+        if unacked:
+            self._note(f"{unacked} records not acknowledged within {timeout:.0f}s")
+        return WriteSummary(
+            {p: n for p, n in enumerate(self._acked) if n},
+            self._failed,
+            unacked,
+            tuple(self._errors),
+        )
+
+
+def write_table(
+    config: Mapping[str, Any],
+    topic: str,
+    num_partitions: int,
+    records: Iterable[Record],
+    timeout: float = 180.0,
+    *,
+    producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
+) -> WriteSummary:
+    """Write every (partition, key, value) record; return what was acknowledged.
+
+    Raises TableWriteFailed (carrying the summary: what WAS acknowledged, per partition)
+    if any record failed or was not acknowledged within ``timeout`` seconds of the last
+    send. Records after the first failure are not sent.
+    """
+    writer = TableWriter(config, topic, num_partitions, producer_factory=producer_factory)
+    summary: WriteSummary | None = None
+    try:
+        for partition, key, value in records:
+            if not writer.write(partition, key, value):
+                break
+    finally:
+        summary = writer.finish(timeout)
+    if not summary.ok:
+        raise TableWriteFailed(topic, summary)
+    return summary

@@ -1,0 +1,113 @@
+"""The two commit protocols, one per processing guarantee, over the running active tasks.
+
+Both keep the architecture's invariant: a store's data and its changelog offset reach
+RocksDB in one write batch, and only once the changelog records they describe are safe
+in Kafka. They differ in what "safe" means and in how source offsets are committed.
+A protocol that cannot complete raises :class:`CommitFailed`; the task manager then
+drops the uncommitted work and revives the tasks from their last committed state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+from worker.errors import KafkaUnavailable, WorkerError
+from worker.kafka.clients import ProduceFailed, RecordCollector
+from worker.kafka.transactions import TransactionalCollector, TransactionFailed
+from worker.tasks.task import Task
+
+TP = tuple[str, int]
+
+
+class CommitFailed(WorkerError):
+    """The commit did not happen; nothing of it is in the stores. ``reason`` labels the metric."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"commit failed ({reason}): {detail}")
+        self.reason = reason
+
+
+class OffsetCommitter(Protocol):
+    """The group member's view the commit needs (narrow, so tests can fake it)."""
+
+    def commit(self, offsets: Mapping[TP, int]) -> None: ...
+
+    def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]: ...
+
+
+def _source_offsets(tasks: Sequence[Task]) -> dict[TP, int]:
+    offsets: dict[TP, int] = {}
+    for task in tasks:
+        offsets.update(task.source_offsets_to_commit())
+    return offsets
+
+
+class AtLeastOnceCommit:
+    """at_least_once, in order:
+
+    1. produce every running task's buffered store changes to its changelogs;
+    2. flush the producer: every changelog and output record acknowledged;
+    3. write each store's buffer with its acked changelog offset in one batch;
+    4. commit the source offsets through the group member (fenced by generation).
+
+    A crash before 3 leaves the stores at the previous commit (the changelog tail is
+    restored on restart); a crash between 3 and 4 reprocesses some input (at least once).
+    """
+
+    def __init__(
+        self, collector: RecordCollector, committer: OffsetCommitter, timeout: float
+    ) -> None:
+        self._collector = collector
+        self._committer = committer
+        self._timeout = timeout
+
+    def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
+        for task in tasks:
+            task.produce_changelogs()
+        try:
+            self._collector.flush(self._timeout)
+        except (KafkaUnavailable, ProduceFailed) as exc:
+            raise CommitFailed("produce_failed", str(exc)) from exc
+        for task in tasks:
+            task.commit_stores(self._collector.acked)
+        offsets = _source_offsets(tasks)
+        if offsets:
+            try:
+                self._committer.commit(offsets)
+            except KafkaUnavailable as exc:
+                raise CommitFailed("offset_commit_failed", str(exc)) from exc
+        return offsets
+
+
+class ExactlyOnceCommit:
+    """exactly_once_v2, in order:
+
+    1. produce every running task's buffered store changes to its changelogs (inside the
+       transaction the first record of this commit opened, with the outputs);
+    2. commit the transaction with the source offsets and the member's group metadata;
+    3. only then write each store's buffer with its changelog offset in one batch.
+
+    A crash before 2 aborts the transaction (the next ``init_transactions`` of this
+    transactional.id does it): stores and Kafka both stay at the previous commit. A crash
+    between 2 and 3 leaves the stores one commit behind, and restoring the changelog tail
+    from the stored offset (read_committed) repairs it. Nothing is ever wiped.
+    """
+
+    def __init__(
+        self, collector: TransactionalCollector, group_metadata: Callable[[], bytes]
+    ) -> None:
+        self._collector = collector
+        self._group_metadata = group_metadata
+
+    def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
+        for task in tasks:
+            task.produce_changelogs()
+        offsets = _source_offsets(tasks)
+        try:
+            self._collector.commit(offsets, self._group_metadata())
+        except TransactionFailed as exc:
+            raise CommitFailed("fenced" if exc.fenced else "transaction_failed", str(exc)) from exc
+        for task in tasks:
+            task.commit_stores(self._collector.acked)
+        return offsets

@@ -1,0 +1,1 @@
+"""Operator tools run beside (or instead of) a worker: ``worker state list|wipe``."""
