@@ -108,17 +108,15 @@ class Store:
     Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
     is idempotent; every other method raises :class:`StoreClosedError` once closed.
 
-    WAL rule. :meth:`apply_restored` writes with the write-ahead log disabled (restore
-    speed), :meth:`commit` with it enabled. The two must never be interleaved unflushed:
-    after a crash RocksDB replays the WAL on top of the last flushed state, so a WAL-on
-    commit written after unflushed WAL-off restore batches would come back while the
-    restore batches it was built on were lost, and the store would hold offsets ahead of
-    its data. So the store remembers that WAL-off writes are unflushed and flushes the
-    memtables of BOTH column families, atomically, before the next WAL-on write (and on
-    close). rocksdict's ``Rdict.flush()`` flushes only the default family even with
-    ``atomic_flush`` (checked on 0.3.29 / RocksDB 9.8.4), so :meth:`flush` creates a
-    scratch RocksDB checkpoint instead: that path flushes all column families as one
-    atomic flush before hard-linking the files, and the scratch copy is deleted.
+    WAL rule. Every write (commits and restored batches) goes through the write-ahead
+    log, so each batch survives a process crash on its own and restore progress is never
+    lost. (Restoring with the WAL off was faster, but a kill -9 then lost every batch
+    still in the memtable, and mixing WAL-off and WAL-on writes needed flushes in
+    between to stay consistent.) :meth:`flush` still exists to release an idle store's
+    memtable: rocksdict's ``Rdict.flush()`` flushes only the default family even with
+    ``atomic_flush`` (checked on 0.3.29 / RocksDB 9.8.4), so it creates a scratch RocksDB
+    checkpoint instead: that path flushes all column families as one atomic flush before
+    hard-linking the files, and the scratch copy is deleted.
     """
 
     def __init__(
@@ -134,14 +132,10 @@ class Store:
         self._offsets = offsets
         self._buffer: dict[bytes, bytes | None] = {}
         self._pending_bytes = 0
-        self._unflushed_wal_off = False
         self._iterators: weakref.WeakSet[_Records] = weakref.WeakSet()
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
         self._wal_on = rocksdict.WriteOptions()
-        self._wal_off = rocksdict.WriteOptions()
-        # The stub declares a method; in 0.3.29 disable_wal is a property.
-        self._wal_off.disable_wal = True  # type: ignore[method-assign,assignment]
 
     @classmethod
     def open(cls, path: Path, env: RocksDBEnv, name: str) -> Store:
@@ -177,7 +171,7 @@ class Store:
         return self._db is None
 
     def close(self) -> None:
-        """Drop the buffer, flush unflushed restore writes, close RocksDB. Idempotent.
+        """Drop the buffer and close RocksDB. Idempotent.
 
         Open iterators from :meth:`iter_committed` are closed first: each keeps the
         database (and its LOCK file) alive, and a later reopen would fail.
@@ -190,8 +184,6 @@ class Store:
         try:
             for iterator in list(self._iterators):
                 iterator.close()
-            if self._unflushed_wal_off:
-                self._atomic_flush(db)
         except BaseException as exc:
             first_error = exc
         try:
@@ -253,11 +245,11 @@ class Store:
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Atomically write the buffer and ``offsets`` (merged over the stored ones).
 
-        Steps: 1. nothing buffered and no offset changes -> return; 2. flush unflushed
-        WAL-off restore writes (see class docstring); 3. one WriteBatch holding every
-        buffered put/delete plus the changed offsets; 4. one ``db.write`` with the WAL on
-        (a process crash keeps it; after power loss RocksDB recovers an earlier commit,
-        never part of one); 5. clear the buffer and update the cached offsets.
+        Steps: 1. nothing buffered and no offset changes -> return; 2. one WriteBatch
+        holding every buffered put/delete plus the changed offsets; 3. one ``db.write``
+        with the WAL on (a process crash keeps it; after power loss RocksDB recovers an
+        earlier commit, never part of one); 4. clear the buffer and update the cached
+        offsets.
 
         If the write raises, nothing was written and the buffer is kept.
         """
@@ -265,8 +257,6 @@ class Store:
         changed = self._changed(offsets)
         if not self._buffer and not changed:
             return
-        if self._unflushed_wal_off:
-            self.flush()
         self._write(self._buffer.items(), changed, self._wal_on)
         self.discard_pending()
 
@@ -275,9 +265,10 @@ class Store:
     ) -> None:
         """Apply one batch of changelog records (``None`` = delete) with their new offsets.
 
-        One WriteBatch, written with the WAL disabled; restore progress survives a crash
-        only once flushed (by RocksDB, :meth:`flush`, the next commit or close), and what
-        is lost is simply restored again, since data and offsets are lost together.
+        One WriteBatch, written with the WAL on like a commit, so restore progress
+        survives a process crash batch by batch: a restart resumes after the last batch
+        written instead of at the start of the changelog. (With the WAL off, a kill -9
+        lost every batch still in the memtable: consistent, but the progress was gone.)
 
         Raises:
             StoreError: writes are buffered; restoring under them would reorder history.
@@ -290,15 +281,13 @@ class Store:
         changed = self._changed(offsets)
         if not records and not changed:
             return
-        self._unflushed_wal_off = True  # set before writing, to err on the safe side
-        self._write(records, changed, self._wal_off)
+        self._write(records, changed, self._wal_on)
 
     def flush(self) -> None:
         """Flush the memtables of both column families to disk in one atomic flush.
 
-        Needed before WAL-on writes follow WAL-off ones (done by :meth:`commit`), and worth
-        calling when a store goes quiet: the shared write buffer manager only flushes stores
-        that are being written, so an idle store keeps its memtable until flushed.
+        Worth calling when a store goes quiet: the shared write buffer manager only flushes
+        stores that are being written, so an idle store keeps its memtable until flushed.
         """
         self._atomic_flush(self._require_open())
 
@@ -337,7 +326,6 @@ class Store:
                 rocksdict.Checkpoint(db).create_checkpoint(str(self.path / _FLUSH_DIR))
         finally:
             _remove_scratch(self.path)
-        self._unflushed_wal_off = False
 
     def get_committed(self, key: bytes) -> bytes | None:
         """The committed value, bypassing the buffer (interactive queries).
