@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from tests.integration.example_app import example_data
@@ -33,3 +34,36 @@ def test_two_exactly_once_workers_produce_exactly_the_reference(own_broker, work
     assert sorted(x["payment_id"] for x in alerts) == sorted(expected_alerts)
     assert a.metric("worker_commits_total") > 0 and b.metric("worker_commits_total") > 0
     assert a.terminate() == 0 and b.terminate() == 0
+
+
+def test_a_query_during_an_open_transaction_never_sees_its_writes(own_broker, worker_factory):
+    data = example_data(own_broker.bootstrap)
+    settings = {
+        "bootstrap.servers": own_broker.bootstrap,
+        "processing.guarantee": "exactly_once_v2",
+        "commit.interval.ms": 3000,  # a wide window in which the transaction is open
+    }
+    w = worker_factory("solo", settings=settings)
+    w.wait_ready(90)
+    data.produce(1)
+    account = data.stream[0][0]
+    path = f"/stores/account-totals/keys/{account}"
+
+    def processed_but_uncommitted() -> bool:
+        return (
+            w.metric("worker_processed_records_total") >= 1
+            and w.metric("worker_uncommitted_bytes") > 0
+        )
+
+    wait_until(
+        processed_but_uncommitted, 30, interval=0.02, message="write buffered, not committed"
+    )
+    commits_before = w.metric("worker_commits_total")
+    code, body = w.get(path)
+    commits_after = w.metric("worker_commits_total")
+    assert commits_after == commits_before, "the query fell inside the open transaction"
+    assert code == 404, f"uncommitted write visible to a query: {code} {body!r}"
+
+    wait_until(lambda: w.get(path)[0] == 200, 30, message="visible once committed")
+    answer = orjson.loads(w.get(path)[1])
+    assert answer["value"] == {"count": 1, "sum_cents": data.stream[0][1]["amount_cents"]}
