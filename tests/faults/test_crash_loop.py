@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 import orjson
 import pytest
@@ -24,6 +24,8 @@ from tests.support.waiting import wait_until
 from worker.config import load
 from worker.kafka.loader import produce_records, read_topic
 from worker.serde import JSON, STR
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
 
 pytestmark = pytest.mark.faults
 
@@ -136,6 +138,31 @@ def test_exactly_once_survives_ten_random_kills_with_exactly_one_result_per_inpu
         assert counts == list(range(1, len(counts) + 1)), f"{key}: counts 1..n (seed {SEED})"
     for w in workers:
         assert w.terminate() == 0
+    assert _stores_after_clean_stop(workers, worker_factory.application_id) == expected
+
+
+def _stores_after_clean_stop(workers: list[WorkerProcess], application_id: str) -> dict[str, int]:
+    """The counts every task's freshest store copy holds (highest stored offset wins: the
+    last active's; a standby copy may lag). Read straight from the RocksDB files."""
+    env = RocksDBEnv(32 * 1024 * 1024)
+    changelog = f"{application_id}-{counting.COUNTS}-changelog"
+    merged: dict[str, int] = {}
+    for p in range(PARTITIONS):
+        best: tuple[int, dict[bytes, bytes]] | None = None
+        for w in workers:
+            path = w.state_dir / application_id / f"0_{p}" / "rocksdb" / counting.COUNTS
+            if not path.exists():
+                continue
+            store = Store.open(path, env, counting.COUNTS)
+            try:
+                offset = store.committed_offsets().get((changelog, p), -1)
+                if best is None or offset > best[0]:
+                    best = (offset, dict(store.iter_committed()))
+            finally:
+                store.close()
+        assert best is not None, f"no copy of task 0_{p} on any worker"
+        merged.update({k.decode(): orjson.loads(v) for k, v in best[1].items()})
+    return merged
 
 
 def test_at_least_once_survives_the_same_kills_losing_nothing(
