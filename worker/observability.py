@@ -45,7 +45,9 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
 
 
 def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger().bind(**bound)  # type: ignore[no-any-return]
+    """A lazy logger: it binds to the configuration in force when it first logs, so loggers
+    made at import time (before ``configure_logging``) still write JSON to stderr."""
+    return structlog.get_logger(**bound)  # type: ignore[no-any-return]
 
 
 class _TaskGauge:
@@ -131,6 +133,18 @@ class Metrics:
         self.task_revivals = Counter(
             "worker_task_revivals_total",
             "Active tasks closed dirty and revived from their last committed state",
+            ["reason"],
+            registry=r,
+        )
+        self.skipped_records = Counter(
+            "worker_skipped_records_total",
+            "Source records skipped by an exception handler (log_and_continue or dead_letter)",
+            ["reason"],
+            registry=r,
+        )
+        self.dead_lettered_records = Counter(
+            "worker_dead_lettered_records_total",
+            "Source records written to the dead-letter topic",
             ["reason"],
             registry=r,
         )

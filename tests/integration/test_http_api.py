@@ -61,16 +61,26 @@ def tasks_of(worker: WorkerProcess) -> dict[str, Any]:
 
 
 def settled(workers: list[WorkerProcess]) -> bool:
-    """Both ready; every task active on one worker and standby at lag 0 on the other."""
+    """Both ready; every task active on one worker and standby on the other, the standby's
+    stores at the same committed changelog offsets as the active's.
+
+    Offsets, not the reported lag: a standby's lag is measured against the changelog end
+    its last fetch saw, so it can read 0 for a moment before new records arrive.
+    """
     if not all(w.ready() for w in workers):
         return False
-    kinds: dict[str, list[tuple[str, int | None]]] = {t: [] for t in TASKS}
+    copies: dict[str, dict[str, Any]] = {t: {} for t in TASKS}
     for worker in workers:
         for task in tasks_of(worker)["tasks"]:
-            kinds[task["task_id"]].append((task["kind"], task["lag"]))
-    return all(sorted(k for k, _ in v) == ["active", "standby"] for v in kinds.values()) and all(
-        lag == 0 for v in kinds.values() for kind, lag in v if kind == "standby"
-    )
+            offsets = {s["name"]: s["offset"] for s in task["stores"]}
+            copies[task["task_id"]][task["kind"]] = (offsets, task["lag"])
+    for kinds in copies.values():
+        if sorted(kinds) != ["active", "standby"]:
+            return False
+        (active, _), (standby, lag) = kinds["active"], kinds["standby"]
+        if lag != 0 or standby != active or None in active.values():
+            return False
+    return True
 
 
 @pytest.fixture

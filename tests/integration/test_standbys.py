@@ -61,15 +61,31 @@ def three(own_broker, worker_factory) -> Iterator[tuple[ExampleData, list[Worker
     yield data, workers
 
 
+def store_offsets(worker: WorkerProcess) -> dict[str, dict[str, int | None]]:
+    """task id -> store name -> stored changelog offset, from the worker's ``/tasks``."""
+    code, body = worker.get("/tasks")
+    assert code == 200
+    return {
+        t["task_id"]: {s["name"]: s["offset"] for s in t["stores"]}
+        for t in orjson.loads(body)["tasks"]
+    }
+
+
 def standbys_caught_up(layout_before, workers) -> bool:
-    """Every standby reports lag 0 and no active holds uncommitted writes."""
+    """Every standby holds exactly what its active has committed, and nothing is pending.
+
+    (A standby's reported lag can read 0 before it has fetched the newest end, so the
+    stored offsets themselves are compared.)"""
+    if not all(w.metric("worker_uncommitted_bytes") == 0 for w in workers):
+        return False
     by_name = {w.name: w for w in workers}
+    offsets = {w.name: store_offsets(w) for w in workers}
     for task, kinds in layout_before.items():
-        holder = by_name[kinds["standby"][0]]
-        samples = holder.metric_samples("worker_standby_lag_records")
-        if not any(labels.get("task") == task and value == 0 for _, labels, value in samples):
+        active = offsets[kinds["active"][0]].get(task)
+        standby = offsets[by_name[kinds["standby"][0]].name].get(task)
+        if active is None or standby is None or active != standby:
             return False
-    return all(w.metric("worker_uncommitted_bytes") == 0 for w in workers)
+    return True
 
 
 def _moved_tasks_restore_only_their_lag(before, survivors, victim):

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
-
 from tests.fakes import FakeMessage
 from tests.unit.tasks.conftest import (
     CHECKPOINT_INTERVAL_S,
