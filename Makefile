@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
 		echo "could not create $(VENV) with '$(PYTHON) -m venv' (on Debian/Ubuntu: apt-get install python3-venv)" >&2; \
 		rm -rf $(VENV); exit 1; }
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
 test: install

@@ -274,15 +274,13 @@ def stop_one_by_one(workers: list[WorkerProcess]) -> None:
     for index in range(len(workers) - 1, -1, -1):
         assert workers[index].terminate(60) == 0, workers[index].name
         rest = workers[:index]
+
+        def took_over(rest: list[WorkerProcess] = rest) -> bool:
+            actives = sum(w.metric("worker_tasks", kind="active") for w in rest)
+            return all(w.ready() for w in rest) and actives == PARTITIONS
+
         if rest:
-            wait_until(
-                lambda rest=rest: (
-                    all(w.ready() for w in rest)
-                    and sum(w.metric("worker_tasks", kind="active") for w in rest) == PARTITIONS
-                ),
-                90,
-                message="the remaining workers took over every task",
-            )
+            wait_until(took_over, 90, message="the remaining workers took over every task")
 
 
 def run_cli_load(bootstrap: str, inputs: Path) -> str:
@@ -321,8 +319,9 @@ def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_
     assert_matches_reference(
         loaded, history.reference_profiles(history.payments(sample_data.accounts(ROWS), 3))
     )
-    layout = wait_until(lambda: settled(workers), 60, message="layout after the load")
-    wait_until(lambda: caught_up(workers, layout), 120, message="actives and standbys applied it")
+    before = wait_until(lambda: settled(workers), 60, message="layout after the load")
+    assert before is not None
+    wait_until(lambda: caught_up(workers, before), 120, message="actives and standbys applied it")
     layout = settled(workers)
     assert layout is not None, "the tasks moved while the workers applied the load"
     stop_one_by_one(workers)

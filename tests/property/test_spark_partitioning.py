@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import (
@@ -77,6 +77,7 @@ def murmur2_producer(bootstrap: str) -> Iterator[Producer]:
     )
     yield producer
     producer.flush(30)
+    producer.close()  # before the session broker goes away
 
 
 def partitions_of_keys(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[bytes, int]:
@@ -100,7 +101,7 @@ def partitions_of_keys(bootstrap: str, topic: str, timeout: float = 30.0) -> dic
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())  # type: ignore[arg-type]
                 elif err is None:
-                    found[msg.key()] = msg.partition()  # type: ignore[index]
+                    found[cast(bytes, msg.key())] = cast(int, msg.partition())
         assert not pending, f"partitions {pending} of {topic} not read to the end"
         return found
     finally:
@@ -116,7 +117,7 @@ def librdkafka_partitions(producer: Producer, topic: str, keys: list[bytes]) -> 
         if err is not None:
             errors.append(err)
         else:
-            found[msg.key()] = msg.partition()  # type: ignore[index]
+            found[cast(bytes, msg.key())] = cast(int, msg.partition())
 
     on_delivery: Callable[[KafkaError | None, Message], None] = report
     for key in keys:

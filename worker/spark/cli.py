@@ -205,11 +205,12 @@ def _run(
         return
     from worker.kafka.clients import Admin
     from worker.spark.errors import LoadRejected
-    from worker.spark.session import session
+    from worker.spark.session import require_spark, session
     from worker.spark.target import check_target
 
     spark_session: Any = None
     try:
+        require_spark()
         check_target(
             Admin(settings),
             topic,

@@ -20,10 +20,12 @@ class SparkUnavailable(WorkerError):
 
 
 class LoadIncomplete(LoadFailed):
-    """Writing started and did not finish: ``summary`` holds exactly what was acknowledged.
+    """Writing started and did not finish: ``summary`` holds what was acknowledged.
 
-    Records acknowledged before the failure stay in the topic; the table is upserted, so
-    running the same load again completes it.
+    Exact when writers failed (each reports its acknowledged records); a lower bound
+    when Spark lost a writer (``cause`` says so), which may have had records
+    acknowledged before it could report. Records acknowledged stay in the topic; the
+    table is upserted, so running the same load again completes it.
     """
 
     def __init__(self, topic: str, rows: int, summary: WriteSummary, cause: str = "") -> None:

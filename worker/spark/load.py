@@ -49,10 +49,12 @@ from worker.spark.target import Target, TopicAdmin, check_target
 from worker.spark.target import create as create_topic
 
 Progress = Callable[[str], None]
-# A writer (one producer per Spark partition) costs a connection and an idempotent
-# producer id (~0.5 s on the test broker) before its first record: small loads are
-# written by fewer, fuller writers. Larger ones keep every Spark partition in parallel.
-ROWS_PER_WRITER = 20_000
+# Each writer (one producer per Spark partition) pays a connection and an idempotent
+# producer id (~0.5 s on the test broker) before its first record, and writers beyond
+# the cluster's task slots only run in later waves, paying it again. So the encoded
+# partitions are coalesced to one writer per slot, plus one per this many rows so that
+# no single task grows unboundedly (retries and progress stay fine-grained).
+ROWS_PER_WRITER = 2_000_000
 
 
 def quiet(_message: str) -> None:
@@ -129,9 +131,7 @@ def load_table(
     )
     missing = "" if target.exists else " (to be created)"
     progress(f"{topic}: {target.partitions} partitions{missing}, {target.reason}")
-    if not (callable(value) and not isinstance(value, str)):
-        named = [value] if isinstance(value, str) else list(value)
-        df = df.select(key_column, *[c for c in dict.fromkeys(named) if c != key_column])
+    df = _needed_columns(df, key_column, value)
     if check_unique_keys:  # step 3
         _check_unique(df, key_column)
     encoder = TableEncoder(
@@ -154,9 +154,18 @@ def load_table(
     return LoadResult(target, stats.rows, summary, check_seconds, write_seconds)
 
 
+def _needed_columns(df: DataFrame, key_column: str, value: ValueSpec) -> DataFrame:
+    """Only the key and value columns cross to Python (a value function sees them all)."""
+    if callable(value) and not isinstance(value, str):
+        return df
+    named = [value] if isinstance(value, str) else list(value)
+    return df.select(key_column, *[c for c in dict.fromkeys(named) if c != key_column])
+
+
 def _check_unique(df: DataFrame, key_column: str) -> None:
-    duplicates = (
-        df.groupBy(key_column)
+    duplicates = (  # null keys are step 4's to report
+        df.where(F.col(key_column).isNotNull())
+        .groupBy(key_column)
         .agg(F.count(F.lit(1)).alias("rows"))
         .where(F.col("rows") > 1)
         .limit(3)
@@ -187,10 +196,11 @@ def _write(
     progress: Progress,
 ) -> tuple[WriteSummary, str]:
     """Step 5: (what was acknowledged, why the Spark job failed or "")."""
-    writers = min(encoded.getNumPartitions(), max(1, -(-rows // ROWS_PER_WRITER)))
+    context = SparkContext.getOrCreate()
+    slots = max(1, context.defaultParallelism)
+    writers = min(encoded.getNumPartitions(), max(slots, -(-rows // ROWS_PER_WRITER)))
     if writers < encoded.getNumPartitions():
         encoded = encoded.coalesce(writers)  # narrow: reads the persisted partitions
-    context = SparkContext.getOrCreate()
     sink = context.accumulator(WriteSummary(), _SummaryParam())
     writer = PartitionWriter(
         writer_config(settings), target.topic, target.partitions, timeout, sink

@@ -74,10 +74,8 @@ def session(
         # loopback (and Spark stops warning that the host name resolves to it).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = (
-            builder.config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", str(2 * threads))
-            .config("spark.default.parallelism", str(2 * threads))
+        builder = builder.config("spark.ui.enabled", "false").config(
+            "spark.sql.shuffle.partitions", str(2 * threads)
         )
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     for key, value in (conf or {}).items():

@@ -124,3 +124,18 @@ def test_the_cli_and_the_submit_entry_run_without_importing_pyspark():
 )
 def test_local_masters_are_recognised_with_their_thread_count(master, threads):
     assert local_threads(master) == threads
+
+
+def test_without_pyspark_a_load_says_how_to_install_it_and_exits_1(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a)
+    )
+
+    code, out, err = run("account-profiles", "--input", "h")
+
+    assert code == 1
+    assert "pip install 'worker[spark]'" in err
+    assert out == ""
