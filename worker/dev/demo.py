@@ -35,7 +35,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from worker.config import Settings, load
-from worker.dev import sample_data
+from worker.dev import history, sample_data
 from worker.dev.broker import EmbeddedBroker
 from worker.errors import WorkerError
 from worker.examples import payments as app
@@ -384,6 +384,10 @@ def _run(
     )
     accts = sample_data.accounts(ACCOUNTS)
     load_sample_data(settings, ACCOUNTS, 0, PARTITIONS)
+    # The historical payments a Spark job turns into these profiles (docs/spark.md):
+    # `worker spark load account-profiles --input <workdir>/history` recomputes them.
+    written = history.write_history(workdir / "history", ACCOUNTS, 50)
+    print(f"wrote {written.rows} historical payments to {written.out} for the Spark loader")
 
     for i in range(1, WORKERS + 1):
         worker = DemoWorker(f"worker-{i}", bootstrap, workdir)
