@@ -119,8 +119,9 @@ def run(ctx: RunContext, params: Params) -> Result:
     slowest = max(restored.per_task.items(), key=lambda kv: kv[1][1])
     result.details += [
         f"Changelog: {seeded:,} records ({params.accounts:,} accounts x {params.versions} "
-        f"versions) in {EXAMPLE_PARTITIONS} partitions. Worker restores (first "
-        "`restore.start` to last `restore.done`): "
+        f"versions) in {EXAMPLE_PARTITIONS} partitions; every restore counted all of them "
+        "in `worker_restored_records_total` and in its `restore.done` lines. Worker "
+        "restores (first `restore.start` to last `restore.done`): "
         + ", ".join(f"{r.seconds:.2f}s = {r.rate:,.0f}/s" for r in restores)
         + ". Raw reads (`assign` to the end of every partition), before each restore and "
         "after the last: "
@@ -170,15 +171,22 @@ def _restore_once(
     restored = lambda: worker.metric("worker_restored_records_total")  # noqa: E731
     with Sampler(restored, 0.1) as sampler:
         worker.wait_ready(max(120.0, expected / 5000))
+    counted = int(restored())
     if spy is not None:
         spy.stop()
     stop_worker(worker)
-    return _from_logs(worker, expected, [s for s in sampler.samples if s[1] > 0] or sampler.samples)
+    samples = [s for s in sampler.samples if s[1] > 0] or sampler.samples
+    if counted != expected:
+        raise BenchmarkFailed(
+            f"{name}: worker_restored_records_total is {counted}, {expected} were seeded"
+        )
+    return _from_logs(worker, expected, samples)
 
 
 def _from_logs(
     worker: WorkerProcess, expected: int, samples: list[tuple[float, float]]
 ) -> Restored:
+    """Records and duration from the ``restore.start`` and ``restore.done`` log lines."""
     events = worker.log_events()
     starts = [log_time(e) for e in events if e.get("event") == "restore.start"]
     dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]

@@ -107,6 +107,8 @@ class ModeOutcome:
     settled_after: float  # s from starting the second worker to balanced
     restored_on_newcomer: float
     warmups_caught_up: float
+    newcomer_restore_seconds: float  # longest restore.done of the newcomer's actives
+    warmup_seconds: float | None  # newcomer's first assignment to its warmup probe request
 
 
 class SteadyPayments:
@@ -189,6 +191,7 @@ def run(ctx: RunContext, params: Params) -> Result:
             f"{mode} " + ", ".join(f"{w:.2f}s" for w in values) for mode, values in worst.items()
         )
         + ".",
+        _reading(by_mode),
         _mode_table(outcomes),
     ]
     result.plots.append(
@@ -201,8 +204,27 @@ def run(ctx: RunContext, params: Params) -> Result:
     return result
 
 
+def _reading(by_mode: dict[str, list[ModeOutcome]]) -> str:
+    """What the numbers say, computed from them: the stall against one rebalance."""
+    on, off = by_mode["warmups on"], by_mode["warmups off"]
+    longest_join = max(
+        (d for o in on + off for spans in o.rebalances.values() for d in spans), default=0.0
+    )
+    worst_on = max(max(o.gaps.values()) for o in on)
+    worst_off = max(max(o.gaps.values()) for o in off)
+    cold = max(o.newcomer_restore_seconds for o in off)
+    return (
+        f"Reading: the longest join to assignment in these runs took {longest_join:.1f}s. "
+        f"With warmups the worst stall ({worst_on:.1f}s) is that plus resuming; each "
+        "rebalance stops every task (eager protocol), and a warmup costs a second one, "
+        "the probing rebalance. Without warmups the moved tasks also wait for their cold "
+        f"restore (up to {cold:.1f}s here), so their worst stall is {worst_off:.1f}s."
+    )
+
+
 def _side_by_side(calls: dict[str, Callable[[], ModeOutcome]]) -> dict[str, ModeOutcome]:
-    """Run the calls on daemon threads at once; raise the first failure.
+    """Run the calls on daemon threads at once; their results in the calls' order, or
+    the first failure raised.
 
     Joined with a timeout so a signal reaches the main thread at once; if it stops the
     run, the context's clean-up stops every process (the threads then fail fast or die
@@ -228,7 +250,7 @@ def _side_by_side(calls: dict[str, Callable[[], ModeOutcome]]) -> dict[str, Mode
             thread.join(0.2)
     if errors:
         raise errors[0]
-    return results
+    return {label: results[label] for label in calls}
 
 
 def _mode_table(outcomes: dict[str, ModeOutcome]) -> str:
@@ -265,6 +287,15 @@ def _mode_table(outcomes: dict[str, ModeOutcome]) -> str:
         + " |",
         "| warmups caught up (newcomer) | "
         + " | ".join(f"{o.warmups_caught_up:.0f}" for o in outcomes.values())
+        + " |",
+        "| newcomer's longest restore as an active, `restore.done` (s) | "
+        + " | ".join(f"{o.newcomer_restore_seconds:.1f}" for o in outcomes.values())
+        + " |",
+        "| warmup: first assignment to the probing request (s) | "
+        + " | ".join(
+            "-" if o.warmup_seconds is None else f"{o.warmup_seconds:.1f}"
+            for o in outcomes.values()
+        )
         + " |",
         "| second worker start to balanced (s) | "
         + " | ".join(f"{o.settled_after:.1f}" for o in outcomes.values())
@@ -337,6 +368,11 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
         settled_after=settled_after,
         restored_on_newcomer=restored,
         warmups_caught_up=caught_up,
+        newcomer_restore_seconds=max(
+            (float(e["seconds"]) for e in second.log_events() if e.get("event") == "restore.done"),
+            default=0.0,
+        ),
+        warmup_seconds=_warmup_seconds(second),
     )
 
 
@@ -359,6 +395,19 @@ def _balanced(first: WorkerProcess, second: WorkerProcess) -> bool:
         if len(running) != EXAMPLE_PARTITIONS // 2 or any(t["kind"] == "warmup" for t in tasks):
             return False
     return True
+
+
+def _warmup_seconds(worker: WorkerProcess) -> float | None:
+    """From the worker's first ``membership.assigned`` to its first ``probing.request``."""
+    assigned = probe = None
+    for event in worker.log_events():
+        name = event.get("event")
+        if name == "membership.assigned" and assigned is None:
+            assigned = log_time(event)
+        elif name == "probing.request" and assigned is not None:
+            probe = log_time(event)
+            break
+    return None if assigned is None or probe is None else probe - assigned
 
 
 def _rebalances(worker: WorkerProcess, start: float, end: float) -> list[float]:
