@@ -15,7 +15,7 @@ Rows:
   already) is reported apart;
 - *write phase*: step 5 alone (the writers' produce and flush inside Spark).
 
-``run(quick)`` returns a plain dict (see ``run``). It starts its own broker, and runs the
+``measure(quick)`` returns a plain dict; ``run(ctx, quick)`` is the suite's entry point. It starts its own broker, and runs the
 Spark job in a child process (``python -m benchmarks.spark_load --job ...``) so that
 Spark's JVM ends with it instead of lingering in the benchmark process; both are
 stopped, by PID, whatever happens.
@@ -119,7 +119,26 @@ def _run_job(bootstrap: str, history_dir: Path, timeout: float = 900.0) -> dict[
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def run(quick: bool) -> dict[str, Any]:
+NAME = "spark_load"
+TITLE = "Spark table load (account-profiles) vs a plain producer"
+FULL = False  # the suite's parameters: quick or not
+QUICK = True
+
+
+def run(ctx: Any, quick: bool) -> Any:
+    """The suite's entry point (benchmarks/__main__.py): :func:`measure` as a ``Result``."""
+    from benchmarks.results import Result, Row
+
+    measured = measure(quick)
+    return Result(
+        measured["name"],
+        measured["title"],
+        rows=[Row(**row) for row in measured["rows"]],
+        details=measured["details"],
+    )
+
+
+def measure(quick: bool) -> dict[str, Any]:
     """Measure; return ``{"name", "title", "rows": [...], "details": [...], "numbers": {...}}``.
 
     Each entry of ``rows`` has the fields of ``benchmarks.results.Row`` (metric,
@@ -166,7 +185,7 @@ def run(quick: bool) -> dict[str, Any]:
     baseline_label = "plain confluent-kafka producer, same rows (pre-serialised)"
     return {
         "name": "spark_load",
-        "title": "Spark table load (account-profiles) vs a plain producer",
+        "title": TITLE,
         "rows": [
             {
                 "metric": "rows/s, whole job (files -> aggregate -> checks -> write)",
@@ -201,4 +220,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--job"]:
         print(json.dumps(_job(sys.argv[2], sys.argv[3])))
     else:
-        print(json.dumps(run("--quick" in sys.argv[1:]), indent=2))
+        print(json.dumps(measure("--quick" in sys.argv[1:]), indent=2))
