@@ -5,4 +5,11 @@ rows of ratios; :mod:`benchmarks.report` writes them to ``docs/benchmarks.md``.
 """
 
 # In the order ``python -m benchmarks`` runs them; each is a module of this package.
-BENCHMARK_NAMES = ("scale_out", "throughput", "restore", "memory", "spark_load")
+BENCHMARK_NAMES = (
+    "scale_out",
+    "throughput",
+    "restore",
+    "memory",
+    "initial_standbys",
+    "spark_load",
+)

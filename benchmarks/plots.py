@@ -128,3 +128,18 @@ def profile(path: Path, summaries: Mapping[str, Summary]) -> Path:
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
+
+
+def comparison(
+    path: Path, title: str, rows: Sequence[tuple[str, float, float]], labels: tuple[str, str]
+) -> Path:
+    """Grouped bars: each row's measured value beside its same-run baseline."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.4))
+    axes = list(axes) if len(rows) > 1 else [axes]
+    for ax, (metric, measured, baseline) in zip(axes, rows, strict=True):
+        ax.bar([labels[0], labels[1]], [measured, baseline], color=["#3b7dd8", "#b0b0b0"])
+        ax.set_title(metric, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)

@@ -127,14 +127,19 @@ QUICK = True
 
 def run(ctx: Any, quick: bool) -> Any:
     """The suite's entry point (benchmarks/__main__.py): :func:`measure` as a ``Result``."""
+    from benchmarks import plots
     from benchmarks.results import Result, Row
 
     measured = measure(quick)
+    rows = [Row(**row) for row in measured["rows"]]
+    plot = plots.comparison(
+        ctx.plot_path(NAME),
+        TITLE,
+        [(r.metric, r.measured, r.baseline) for r in rows],
+        ("Spark job", "plain producer"),
+    )
     return Result(
-        measured["name"],
-        measured["title"],
-        rows=[Row(**row) for row in measured["rows"]],
-        details=measured["details"],
+        measured["name"], measured["title"], rows=rows, details=measured["details"], plots=[plot]
     )
 
 

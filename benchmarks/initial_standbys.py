@@ -1,0 +1,221 @@
+"""Initial standbys (issue 4): restart with local state, opened before the join or after.
+
+Two measurements, each with ``initial.standbys.enabled`` true and false in the same run:
+
+1. *join to first record*: a worker builds ``state_bytes`` of local state (one store per
+   task, 1 KiB values under distinct keys), stops cleanly, and is restarted over that
+   state with a backlog waiting; ``worker_first_process_after_join_seconds`` (first
+   assignment to first processed record) and the time from launch to the first processed
+   record are read for both settings, alternating, ``runs`` times each;
+2. *peak RSS with 64 task directories*: a 64-partition topic leaves 64 task directories
+   with state; the worker restarts over them and its peak RSS (VmHWM) is read once it is
+   ready, for both settings, against ``rocksdb.memory.bytes``.
+
+With initial standbys the stores are opened (and checked) before the group join and
+recycled when assigned; without them they are opened after the assignment arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+from benchmarks import plots
+from benchmarks.apps import MEMORY_TOPIC
+from benchmarks.harness import (
+    RunContext,
+    create_topics,
+    metric_or_zero,
+    new_application_id,
+    produce,
+    rss_bytes,
+    start_broker,
+    start_worker,
+    stop_worker,
+    wait_for,
+    worker_settings,
+)
+from benchmarks.results import Result, Row
+
+NAME = "initial_standbys"
+TITLE = "Initial standbys: restart over local state"
+APP = "benchmarks.apps:memory_app"
+MEMORY_BOUND = 64 * 1024 * 1024
+VALUE = 1024
+
+
+@dataclass(frozen=True)
+class Params:
+    state_bytes: int
+    runs: int
+    many_tasks: int
+    many_records: int
+
+
+FULL = Params(state_bytes=1024**3, runs=2, many_tasks=64, many_records=64_000)
+QUICK = Params(state_bytes=8 * 1024**2, runs=1, many_tasks=64, many_records=6_400)
+
+
+def _records(start: int, count: int) -> list[tuple[bytes, bytes]]:
+    return [(f"k{i:012d}".encode(), os.urandom(VALUE)) for i in range(start, start + count)]
+
+
+def _fill(bootstrap: str, topic: str, total: int) -> None:
+    for start in range(0, total, 50_000):
+        produce(bootstrap, topic, _records(start, min(50_000, total - start)))
+
+
+def _build_state(run: RunContext, bootstrap: str, partitions: int, records: int, tag: str):
+    application_id = new_application_id(f"bench-initial-{tag}")
+    topic = MEMORY_TOPIC  # the app reads this name: each part has a broker of its own
+    create_topics(bootstrap, {topic: partitions})
+    settings = worker_settings(
+        bootstrap,
+        application_id,
+        {
+            "commit.interval.ms": 1000,
+            "rocksdb.memory.bytes": MEMORY_BOUND,
+            "num.standby.replicas": 0,
+        },
+    )
+    settings["application.id"] = application_id
+    builder = start_worker(run, f"build-{tag}", settings, APP)
+    wait_for(builder.ready, 180, "the builder ready", alive=[builder])
+    _fill(bootstrap, topic, records)
+    wait_for(
+        lambda: metric_or_zero(builder, "worker_processed_records_total") >= records,
+        900,
+        f"{records} records processed into local state",
+        interval=0.5,
+        alive=[builder],
+    )
+    stop_worker(builder, timeout=120)
+    return settings, builder.state_dir, topic
+
+
+def _restart(run, settings, state_dir, topic, bootstrap, enabled: bool, name: str, backlog: int):
+    produce(bootstrap, topic, _records(10**9 + backlog, 200))  # input waiting for it
+    launched = time.monotonic()
+    worker = start_worker(
+        run, name, {**settings, "initial.standbys.enabled": enabled}, APP, state_dir=state_dir
+    )
+    wait_for(
+        lambda: metric_or_zero(worker, "worker_processed_records_total") > 0,
+        300,
+        "the first record processed after the restart",
+        interval=0.02,
+        alive=[worker],
+    )
+    first_record = time.monotonic() - launched
+    after_join = worker.metric("worker_first_process_after_join_seconds")
+    wait_for(worker.ready, 120, "ready", alive=[worker])
+    _, peak = rss_bytes(worker.pid or 0)
+    stop_worker(worker, timeout=120)
+    return first_record, after_join, peak
+
+
+def _dir_bytes(path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def run(ctx: RunContext, params: Params) -> Result:
+    broker = start_broker(ctx)
+    records = params.state_bytes // VALUE
+    settings, state_dir, topic = _build_state(ctx, broker.bootstrap, 4, records, "big")
+    size = _dir_bytes(state_dir)
+    timings: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    for i in range(params.runs):
+        for enabled in (True, False):
+            timings[enabled].append(
+                _restart(
+                    ctx,
+                    settings,
+                    state_dir,
+                    topic,
+                    broker.bootstrap,
+                    enabled,
+                    f"big-{'on' if enabled else 'off'}-{i}",
+                    len(timings[enabled]) + 10 * i,
+                )
+            )
+    broker = start_broker(ctx, "broker-many")
+    many, many_dir, many_topic = _build_state(
+        ctx, broker.bootstrap, params.many_tasks, params.many_records, "many"
+    )
+    peaks = {
+        enabled: _restart(
+            ctx,
+            many,
+            many_dir,
+            many_topic,
+            broker.bootstrap,
+            enabled,
+            f"many-{'on' if enabled else 'off'}",
+            1000 + int(enabled),
+        )[2]
+        for enabled in (True, False)
+    }
+
+    def mean(enabled: bool, index: int) -> float:
+        return statistics.mean(t[index] for t in timings[enabled])
+
+    on_join, off_join = mean(True, 1), mean(False, 1)
+    on_first, off_first = mean(True, 0), mean(False, 0)
+    rows = [
+        Row(
+            "join to first processed record",
+            on_join,
+            "initial standbys on",
+            off_join,
+            "initial standbys off (stores opened after the assignment)",
+            "s",
+        ),
+        Row(
+            "launch to first processed record",
+            on_first,
+            "initial standbys on",
+            off_first,
+            "initial standbys off",
+            "s",
+        ),
+        Row(
+            f"peak RSS, restart over {params.many_tasks} task directories",
+            peaks[True] / 2**20,
+            "initial standbys on",
+            peaks[False] / 2**20,
+            "initial standbys off",
+            "MiB",
+        ),
+        Row(
+            f"peak RSS, {params.many_tasks} task directories, against the bound",
+            peaks[True] / 2**20,
+            "initial standbys on",
+            MEMORY_BOUND / 2**20,
+            "rocksdb.memory.bytes",
+            "MiB",
+        ),
+    ]
+    details = [
+        f"Local state: {size / 2**20:,.0f} MiB on disk in 4 tasks ({records:,} keys of"
+        f" {VALUE} B values), built by the worker itself and stopped cleanly; {params.runs}"
+        " restart(s) per setting, alternating, each with a backlog of 200 records waiting.",
+        "Per run (launch to first record s, join to first record s, peak RSS MiB): "
+        + "; ".join(
+            f"{'on' if e else 'off'}: "
+            + ", ".join(f"({a:.2f}, {b:.3f}, {c / 2**20:.0f})" for a, b, c in timings[e])
+            for e in (True, False)
+        ),
+        f"{params.many_tasks} task directories from {params.many_records:,} records of"
+        f" {VALUE} B on a {params.many_tasks}-partition topic; all stores share one block"
+        " cache and write-buffer manager sized by rocksdb.memory.bytes; librdkafka's queues"
+        " and the write buffers come on top (see the memory benchmark).",
+    ]
+    plot = plots.comparison(
+        ctx.plot_path(NAME),
+        TITLE,
+        [(r.metric, r.measured, r.baseline) for r in rows[:3]],
+        ("on", "off"),
+    )
+    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot])
