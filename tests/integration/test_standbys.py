@@ -117,18 +117,25 @@ def _running_active(worker: WorkerProcess, task: str) -> bool:
     )
 
 
+def _process_with_standbys_in_sync(data, workers, payments: int):
+    """Standbys placed, ``payments`` processed and every standby holding what its active
+    committed; returns the layout (task -> kind -> workers) at that moment."""
+    before = wait_until(lambda: settled_with_standbys(workers), 120, message="standbys placed")
+    data.produce(payments)
+    wait_until(
+        lambda: sum(w.metric("worker_processed_records_total") for w in workers) >= payments,
+        90,
+        message="all payments processed",
+    )
+    wait_until(lambda: standbys_caught_up(before, workers), 60, message="standbys in sync")
+    return before
+
+
 def test_every_task_has_a_standby_elsewhere_and_a_killed_worker_fails_over_to_them(
     three, worker_factory
 ):
     data, workers = three
-    before = wait_until(lambda: settled_with_standbys(workers), 120, message="standbys placed")
-    data.produce(6000)
-    wait_until(
-        lambda: sum(w.metric("worker_processed_records_total") for w in workers) >= 6000,
-        90,
-        message="all payments processed",
-    )
-    wait_until(lambda: standbys_caught_up(before, workers), 60, message="standbys at lag 0")
+    before = _process_with_standbys_in_sync(data, workers, 6000)
     victim = workers[0]
     assert victim.kill() == -9
 
@@ -144,14 +151,7 @@ def test_every_task_has_a_standby_elsewhere_and_a_killed_worker_fails_over_to_th
 
 def test_graceful_scale_in_moves_actives_to_standbys_and_reprocesses_nothing(three, worker_factory):
     data, workers = three
-    before = wait_until(lambda: settled_with_standbys(workers), 120, message="standbys placed")
-    data.produce(4000)
-    wait_until(
-        lambda: sum(w.metric("worker_processed_records_total") for w in workers) >= 4000,
-        90,
-        message="all payments processed",
-    )
-    wait_until(lambda: standbys_caught_up(before, workers), 60, message="standbys at lag 0")
+    before = _process_with_standbys_in_sync(data, workers, 4000)
     leaving = workers[2]
     assert leaving.terminate() == 0
 
