@@ -27,6 +27,9 @@ _ENV_NOT_SETTINGS = {"WORKER_CONFIG", "WORKER_APP", "WORKER_STATE_DIR"}
 
 MiB = 1024 * 1024
 
+# What happens to a record that cannot be deserialised or processed (worker.processing.handlers).
+ExceptionPolicyName = Literal["fail", "log_and_continue", "dead_letter"]
+
 
 class Settings(BaseModel):
     """The validated settings. Immutable once loaded; ``kafka`` holds librdkafka pass-through."""
@@ -71,6 +74,16 @@ class Settings(BaseModel):
     internal_topics_create: bool = Field(True, alias="internal.topics.create")
     poll_ms: int = Field(100, alias="poll.ms", ge=0, le=10000)
     shutdown_timeout_ms: int = Field(30000, alias="shutdown.timeout.ms", ge=1000)
+    default_deserialization_exception_handler: ExceptionPolicyName = Field(
+        "fail", alias="default.deserialization.exception.handler"
+    )
+    processing_exception_handler: ExceptionPolicyName = Field(
+        "fail", alias="processing.exception.handler"
+    )
+    processing_exception_max_retries: int = Field(
+        2, alias="processing.exception.max.retries", ge=0, le=100
+    )
+    max_record_bytes: int = Field(MiB, alias="max.record.bytes", ge=-1)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)
@@ -81,6 +94,21 @@ class Settings(BaseModel):
         if value and not re.fullmatch(r"[^:\s]+:\d{1,5}", value):
             raise ValueError("must be host:port")
         return value
+
+    @field_validator("max_record_bytes")
+    @classmethod
+    def _record_bound(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be -1 (no bound) or a positive number of bytes")
+        return value
+
+    @property
+    def dead_letter_enabled(self) -> bool:
+        """True when some record error ends in the dead-letter topic (it must exist)."""
+        return "dead_letter" in (
+            self.default_deserialization_exception_handler,
+            self.processing_exception_handler,
+        )
 
     @property
     def exactly_once(self) -> bool:

@@ -40,8 +40,10 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         cache_logger_on_first_use=False,
     )
     # kafka-python logs through stdlib logging; keep its chatter out unless debugging.
+    # Its errors are connection errors with tracebacks, dozens a second while the broker
+    # is away; the worker logs what matters of them (broker.unreachable, commit.failed).
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    logging.getLogger("kafka").setLevel(logging.ERROR if level != "debug" else logging.INFO)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL if level != "debug" else logging.INFO)
 
 
 def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:

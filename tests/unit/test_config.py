@@ -249,3 +249,23 @@ def test_kubernetes_configmap_holds_a_valid_config(tmp_path: Path) -> None:
 
     assert settings.http_host == "0.0.0.0"
     assert settings.http_port == 8080
+
+
+def test_exception_handlers_default_to_fail_and_reject_unknown_policies() -> None:
+    settings = load(environ={}).settings
+    assert settings.default_deserialization_exception_handler == "fail"
+    assert settings.processing_exception_handler == "fail"
+    assert not settings.dead_letter_enabled
+    assert load(
+        overrides={"processing.exception.handler": "dead_letter"}, environ={}
+    ).settings.dead_letter_enabled
+    with pytest.raises(ConfigError, match="default.deserialization.exception.handler"):
+        load(overrides={"default.deserialization.exception.handler": "skip"}, environ={})
+    with pytest.raises(ConfigError, match="processing.exception.max.retries"):
+        load(overrides={"processing.exception.max.retries": "-1"}, environ={})
+
+
+def test_max_record_bytes_is_minus_one_or_positive() -> None:
+    assert load(overrides={"max.record.bytes": "-1"}, environ={}).settings.max_record_bytes == -1
+    with pytest.raises(ConfigError, match="max.record.bytes"):
+        load(overrides={"max.record.bytes": "0"}, environ={})

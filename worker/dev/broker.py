@@ -47,30 +47,39 @@ def _port_open(host: str, port: int) -> bool:
 class EmbeddedBroker:
     """One Tansu broker on a loopback port; ``start()`` returns once it accepts connections."""
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1", log_path: Path | None = None):
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        log_path: Path | None = None,
+        advertised_port: int | None = None,
+    ):
+        """``advertised_port``: the port metadata tells clients to use, when something
+        else (a test's TCP proxy) sits in front of ``port``; default ``port``."""
         self.host = host
         self.port = port or free_port(host)
+        self.advertised_port = advertised_port or self.port
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_fh: object | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        """The address clients use: the advertised one (a proxy's, if one is in front)."""
+        return f"{self.host}:{self.advertised_port}"
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     def command(self) -> list[str]:
-        url = f"tcp://{self.host}:{self.port}"
         return [
             str(broker_binary()),
             "broker",
             "--listener-url",
-            url,
+            f"tcp://{self.host}:{self.port}",
             "--advertised-listener-url",
-            url,
+            f"tcp://{self.host}:{self.advertised_port}",
             "--storage-engine",
             "memory://tansu/",
         ]
@@ -91,7 +100,7 @@ class EmbeddedBroker:
                 return self.bootstrap
             time.sleep(0.05)
         self.stop()
-        raise FatalError(f"broker did not listen on {self.bootstrap} within {timeout}s")
+        raise FatalError(f"broker did not listen on {self.host}:{self.port} within {timeout}s")
 
     def wait(self) -> int:
         assert self._proc is not None

@@ -30,6 +30,17 @@ class ProduceFailed(WorkerError):
     """A record was not acknowledged; the commit that depends on it must not happen."""
 
 
+class RecordRejected(ValueError):
+    """The producer refused one record for what it is (too large, say). Not a WorkerError:
+    to the task manager it is the record's processing failure, not the worker's."""
+
+
+# Errors ``produce()`` raises at once about the record itself.
+_RECORD_ERRORS = frozenset(
+    {ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.INVALID_MSG_SIZE, ck.KafkaError.INVALID_RECORD}
+)
+
+
 def base_config(settings: Settings, client: str) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap_servers,
@@ -377,6 +388,13 @@ class RecordCollector:
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
+            except ck.KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, ck.KafkaError) and error.code() in _RECORD_ERRORS:
+                    # The record's own fault: the task manager retries it, then its policy.
+                    raise RecordRejected(f"{topic}: {error.str()}") from exc
+                _raise_for(error if isinstance(error, ck.KafkaError) else None, "produce")
+                raise ProduceFailed(f"produce to {topic}: {exc}") from exc
 
     def poll(self) -> None:
         self._producer.poll(0)

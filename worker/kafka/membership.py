@@ -100,6 +100,9 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
         "enable_auto_commit": False,
         "allow_auto_create_topics": False,
         "metrics_enabled": False,
+        # kafka-python backs off reconnects up to 30 s by default: after an outage the
+        # member would find the coordinator up to 30 s after the broker came back (seen).
+        "reconnect_backoff_max_ms": 2000,
     }
     ignored = []
     for key, value in settings.kafka_passthrough().items():
@@ -214,6 +217,18 @@ class GroupMember:
     def is_leader(self) -> bool:
         """Whether this member planned the current generation (kafka-python tracks it)."""
         return self._consumer is not None and bool(self._consumer._coordinator._is_leader)
+
+    @property
+    def coordinator_known(self) -> bool:
+        """Whether the member knows its group coordinator and is connected to it.
+
+        False from the moment the heartbeat finds the connection gone (or the session
+        expired without an answer) until the coordinator is found again: the broker is
+        unreachable, for readiness.
+        """
+        if self._consumer is None:
+            return False
+        return not self._consumer._coordinator.coordinator_unknown()
 
     @property
     def assigned_partitions(self) -> frozenset[TP]:

@@ -13,6 +13,13 @@ from worker.kafka.clients import Admin, TopicSpec
 from worker.processing.topology import BuiltTopology
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+# Set explicitly: some brokers describe back only the configs given at creation.
+DLQ_CONFIG = {"cleanup.policy": "delete"}
+
+
+def dlq_topic(application_id: str) -> str:
+    """The dead-letter topic of an application: records the exception handlers skipped."""
+    return f"{application_id}-dlq"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +30,22 @@ class TopicLayout:
 
 
 def prepare_topics(
-    admin: Admin, topology: BuiltTopology, application_id: str, create_internal: bool
+    admin: Admin,
+    topology: BuiltTopology,
+    application_id: str,
+    create_internal: bool,
+    dead_letter: bool = False,
 ) -> TopicLayout:
     """Check sources and sinks, create missing changelogs; return tasks per sub-topology.
 
+    With ``dead_letter`` (an exception handler is set to ``dead_letter``) the dead-letter
+    topic must exist too, and is created like the changelogs when missing and allowed,
+    with as many partitions as the largest sub-topology has tasks.
+
     Raises TopologyError naming the topic when a source or sink is missing, when the
-    sources of one sub-topology are not co-partitioned, or when an existing changelog has
-    a different partition count than its sub-topology.
+    sources of one sub-topology are not co-partitioned, when an existing changelog has
+    a different partition count than its sub-topology, or when an internal topic is
+    missing and ``internal.topics.create`` is false.
     """
     sources = {t for st in topology.subtopologies for t in st.source_topics}
     changelogs = {
@@ -39,7 +55,8 @@ def prepare_topics(
         if not spec.is_table
         for topic in [spec.changelog(application_id)]
     }
-    counts = admin.partition_counts(sources | topology.sink_topics() | set(changelogs))
+    dlq = {dlq_topic(application_id)} if dead_letter else set()
+    counts = admin.partition_counts(sources | topology.sink_topics() | set(changelogs) | dlq)
     missing = sorted(t for t in sources | topology.sink_topics() if t not in counts)
     if missing:
         raise TopologyError(f"topics do not exist: {', '.join(missing)} (create them first)")
@@ -53,6 +70,12 @@ def prepare_topics(
             )
         layout[st.id] = next(iter(sizes.values()))
     _ensure_changelogs(admin, changelogs, counts, layout, create_internal)
+    for topic in dlq - set(counts):
+        if not create_internal:
+            raise TopologyError(
+                f"dead-letter topic {topic} does not exist and internal.topics.create is false"
+            )
+        admin.create_topics([TopicSpec(topic, max(layout.values()), DLQ_CONFIG)])
     return TopicLayout(layout)
 
 

@@ -13,6 +13,7 @@ the library bundled in the confluent-kafka wheel (platform-facts.md: verified to
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 from collections.abc import Mapping
@@ -114,16 +115,32 @@ class TransactionalCollector(RecordCollector):
         super().__init__(settings, {"transactional.id": transactional_id})
         self._timeout = settings.commit_timeout_s
         self._in_transaction = False
+        self._abort_pending = False
+        self._initialised = False
         self._init()
 
     def _init(self) -> None:
+        """``init_transactions``; one that timed out (broker away) is resumed by calling it
+        again, which the next ``_begin`` does, so until then no transaction can start."""
         try:
             self._producer.init_transactions(self._timeout)
         except ck.KafkaException as exc:
             raise classify(exc, "init_transactions") from exc
+        self._initialised = True
 
     def _begin(self) -> None:
+        """Open a transaction, first finishing an abort the broker could not take before
+        and an ``init_transactions`` that timed out. Raises TransactionFailed."""
         if not self._in_transaction:
+            if self._abort_pending and self._abort_open() == "failed":
+                self._replace_producer()
+            if self._abort_pending:
+                raise TransactionFailed(
+                    "the previous transaction is not aborted yet (broker unreachable)",
+                    fenced=False,
+                )
+            if not self._initialised:
+                self._init()
             try:
                 self._producer.begin_transaction()
             except ck.KafkaException as exc:
@@ -131,9 +148,14 @@ class TransactionalCollector(RecordCollector):
             self._in_transaction = True
 
     def _produce(self, *args: Any, **kwargs: Any) -> None:
+        """Send inside the open transaction (opening one first). Raises TransactionFailed
+        when no transaction can be opened or the producer is dead (fenced)."""
         if not self._in_transaction:
             self._begin()
-        super()._produce(*args, **kwargs)
+        try:
+            super()._produce(*args, **kwargs)
+        except FatalError as exc:
+            raise TransactionFailed(f"produce: {exc}", fenced=True) from exc
 
     def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
         """Commit everything sent since the last commit together with ``offsets``."""
@@ -157,16 +179,42 @@ class TransactionalCollector(RecordCollector):
         self._in_transaction = False
 
     def abort(self, cause: TransactionFailed | None = None) -> None:
-        """Abort the open transaction; replace the producer if it cannot abort (fenced)."""
-        self._errors.clear()
-        if cause is None or not cause.fenced:
+        """Abort the open transaction; replace the producer if it cannot abort (fenced).
+
+        An abort that times out (the broker is away) is retried on the same producer by
+        the next ``_begin``, as librdkafka asks: replacing the producer instead would
+        leave the old one's records in flight. Never raises: a new producer whose
+        ``init_transactions`` cannot complete now is initialised by the next ``_begin``.
+        """
+        if (cause is None or not cause.fenced) and self._abort_open() != "failed":
+            return
+        self._replace_producer()
+
+    def _abort_open(self) -> str:
+        """Abort the open (or pending) transaction: "done", "pending" (a retriable failure,
+        retried by the next ``_begin``) or "failed" (the producer must be replaced)."""
+        if self._in_transaction or self._abort_pending:
             try:
-                if self._in_transaction:
-                    self._producer.abort_transaction(self._timeout)
-                self._in_transaction = False
-                return
-            except ck.KafkaException:
-                pass  # could not abort: start over with a new producer below
-        self._in_transaction = False
+                self._producer.abort_transaction(self._timeout)
+            except ck.KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], ck.KafkaError) else None
+                if error is None or error.fatal() or not error.retriable():
+                    return "failed"
+                self._in_transaction, self._abort_pending = False, True
+                return "pending"
+            # The abort purged the records still queued; their failed delivery reports
+            # (_PURGE_QUEUE) are served now, so that they do not fail the next flush.
+            self._producer.poll(0)
+        self._in_transaction, self._abort_pending = False, False
+        self._errors.clear()
+        return "done"
+
+    def _replace_producer(self) -> None:
+        """A new producer with the same transactional.id: its ``init_transactions`` bumps
+        the epoch, fencing the old one and aborting its open transaction."""
+        self._errors.clear()
+        self._in_transaction, self._abort_pending = False, False
         self._producer = ck.Producer(self._config)
-        self._init()
+        self._initialised = False
+        with contextlib.suppress(TransactionFailed):
+            self._init()  # the broker is away: the next transaction's _begin tries again

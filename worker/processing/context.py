@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from worker.errors import TopologyError
-from worker.serde import Serde
+from worker.serde import Serde, SerdeError
 
 
 class RawStore(Protocol):
@@ -43,7 +43,8 @@ class KeyValueStore:
         self._read_only = read_only
 
     def get(self, key: Any) -> Any:
-        data = self._raw.get(self._kser.serialize(key))  # type: ignore[arg-type]
+        """The value of ``key``, or None. Raises SerdeError for a key that encodes to nothing."""
+        data = self._raw.get(self._key(key))
         return None if data is None else self._vser.deserialize(data)
 
     def put(self, key: Any, value: Any) -> None:
@@ -52,11 +53,17 @@ class KeyValueStore:
             self.delete(key)
             return
         self._check_writable()
-        self._raw.put(self._kser.serialize(key), self._vser.serialize(value))  # type: ignore[arg-type]
+        self._raw.put(self._key(key), self._vser.serialize(value))  # type: ignore[arg-type]
 
     def delete(self, key: Any) -> None:
         self._check_writable()
-        self._raw.delete(self._kser.serialize(key))  # type: ignore[arg-type]
+        self._raw.delete(self._key(key))
+
+    def _key(self, key: Any) -> bytes:
+        data = self._kser.serialize(key)
+        if data is None:  # a None key (a null-key record): no store can hold it
+            raise SerdeError(f"store {self.name!r}: a key cannot be None")
+        return data
 
     def _check_writable(self) -> None:
         if self._read_only:

@@ -1,16 +1,20 @@
 """One task's instance of a sub-topology: source topic in, processors, stores, sinks out.
 
-Built once per task; the per-record path is a dict lookup by topic, two deserialisations
-and direct calls down the graph, with no allocation beyond what the user's code does.
+Built once per task; the per-record path is a dict lookup by topic, a size check, two
+deserialisations and direct calls down the graph, with no allocation beyond what the
+user's code does. Bad input leaves that path only when it happens: the ``try`` around
+the deserialisation costs nothing until something raises.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from worker.errors import TopologyError
 from worker.processing.context import Dispatch, KeyValueStore, ProcessorContext, RawStore
+from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.topology import ProcessorNode, SinkNode, SourceNode, Subtopology
 
 
@@ -23,7 +27,11 @@ class RecordSink(Protocol):
 
 
 class TaskGraph:
-    """Routes one input record through the sub-topology for a given task."""
+    """Routes one input record through the sub-topology for a given task.
+
+    ``errors`` decides about records that do not deserialise or are over its
+    ``max_record_bytes``; without one, their SerdeError propagates to the caller.
+    """
 
     def __init__(
         self,
@@ -31,6 +39,7 @@ class TaskGraph:
         task_id: str,
         stores: Mapping[str, RawStore],
         sink: RecordSink,
+        errors: RecordErrorHandler | None = None,
     ) -> None:
         missing = {s.name for s in subtopology.stores} - set(stores)
         if missing:
@@ -56,6 +65,9 @@ class TaskGraph:
         allowed = {p.name: frozenset(p.stores) for p in subtopology.processors}
         self.context.wire(allowed, children)
         self._has_children = {s.name: s.name in children for s in subtopology.sources}
+        self._errors = errors
+        bound = -1 if errors is None else errors.max_record_bytes
+        self._max_bytes = sys.maxsize if bound < 0 else bound
 
     def _processor_dispatch(self, proc: ProcessorNode) -> Dispatch:
         fn, ctx = proc.fn, self.context
@@ -84,7 +96,13 @@ class TaskGraph:
         value: bytes | None,
         headers: Any = None,
     ) -> None:
-        """Run one input record. Raises SerdeError for undecodable bytes, or the user's error."""
+        """Run one input record.
+
+        A record over the size bound, or whose key or value does not deserialise, goes to
+        the error handler: ``fail`` raises RecordFailed, the other policies skip it and
+        return. An error raised by a processor or a sink propagates unchanged: the task
+        manager retries the record and applies the processing policy.
+        """
         source = self._sources[topic]
         ctx = self.context
         ctx.topic, ctx.partition, ctx.offset, ctx.timestamp, ctx.headers = (
@@ -94,14 +112,27 @@ class TaskGraph:
             timestamp,
             headers,
         )
+        if (len(key) if key else 0) + (len(value) if value else 0) > self._max_bytes:
+            bad = BadRecord(topic, partition, offset, timestamp, key, value, headers)
+            self._errors.too_large(bad)  # type: ignore[union-attr]
+            return
         if source.table_store is not None:
             if key is None:
                 return  # a table cannot hold a null key; Kafka Streams drops these records
             self._upsert(source, key, value)
             if not self._has_children[source.name]:
                 return
+        try:
+            key_obj = source.key_serde.deserialize(key)
+            value_obj = source.value_serde.deserialize(value)
+        except Exception as exc:
+            if self._errors is None:
+                raise
+            bad = BadRecord(topic, partition, offset, timestamp, key, value, headers)
+            self._errors.deserialization_failed(bad, exc)
+            return
         ctx.enter(source.name)
-        ctx.forward(source.key_serde.deserialize(key), source.value_serde.deserialize(value))
+        ctx.forward(key_obj, value_obj)
 
     def _upsert(self, source: SourceNode, key: bytes, value: bytes | None) -> None:
         store = self._raw[source.table_store]  # type: ignore[index]

@@ -148,6 +148,10 @@ def task_status(task: Task, lag: LagFn) -> TaskStatus:
 
 # How often the loop rebuilds the task list (offsets, lags) when nothing else changed.
 REFRESH_SECONDS = 0.25
+# A loop that has not come round for this long is not processing: not ready. Every
+# iteration is bounded (a consume batch, a restore batch, a commit), so only a call that
+# waits on an unanswering broker, or a rebalance (not ready anyway), takes this long.
+LOOP_STALL_SECONDS = 5.0
 
 
 def no_lag(task_id: TaskId) -> int | None:
@@ -164,6 +168,11 @@ class Status:
     routing: Routing = field(default_factory=Routing)
     # When ``tasks`` was last rebuilt (``heartbeat`` moves every loop iteration).
     published: float = 0.0
+    # False while the group member cannot reach its coordinator (the broker is away).
+    broker_connected: bool = True
+    # True when the loop has not come round for LOOP_STALL_SECONDS (blocked in a call to
+    # a broker that does not answer, say); set by the worker when it hands out a snapshot.
+    stalled: bool = False
 
     def task(self, task_id: TaskId) -> TaskStatus | None:
         key = str(task_id)
@@ -171,9 +180,13 @@ class Status:
 
     @property
     def ready(self) -> bool:
-        """Ready when running and every active task is processing (not restoring)."""
-        return self.state is WorkerState.RUNNING and all(
-            t.state == "running" for t in self.tasks if t.kind == "active"
+        """Ready when running, connected to the broker, and every active task is processing
+        (not restoring)."""
+        return (
+            self.state is WorkerState.RUNNING
+            and self.broker_connected
+            and not self.stalled
+            and all(t.state == "running" for t in self.tasks if t.kind == "active")
         )
 
 

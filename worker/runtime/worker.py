@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from worker.runtime.loop import ProcessingLoop
 from worker.runtime.probing import ProbeScheduler
 from worker.runtime.shutdown import ShutdownWatchdog
 from worker.runtime.status import (
+    LOOP_STALL_SECONDS,
     REFRESH_SECONDS,
     LagFn,
     Routing,
@@ -49,10 +49,10 @@ from worker.runtime.status import (
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
-from worker.tasks.commit import ExactlyOnceCommit
+from worker.tasks.commit import CommitProtocol, ExactlyOnceCommit
 from worker.tasks.manager import TaskManager
 from worker.tasks.state import TaskRole
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import TaskContext
 
 
 class Worker:
@@ -81,6 +81,8 @@ class Worker:
         self._probes: ProbeScheduler | None = None
         self._routing = Routing()  # for queries: endpoint, host maps, tasks per sub-topology
         self._lag: LagFn = no_lag
+        self._member: GroupMember | None = None
+        self._broker_connected = True
         self._watchdog = ShutdownWatchdog(self._stop, settings.shutdown_timeout_ms / 1000.0)
 
     # -- control from other threads (signal handlers) --------------------------------
@@ -89,14 +91,25 @@ class Worker:
         self._stop.set()
 
     def status(self) -> Status:
-        return self._status
+        """The latest snapshot (any thread); marked stalled if the loop stopped coming round."""
+        status = self._status
+        if time.monotonic() - status.heartbeat > LOOP_STALL_SECONDS and not status.stalled:
+            return replace(status, stalled=True)
+        return status
 
     def _publish(self) -> None:
         tasks: tuple[TaskStatus, ...] = ()
         if self._manager is not None:
             tasks = tuple(task_status(t, self._lag) for t in self._manager.tasks.values())
         now = time.monotonic()
-        self._status = Status(self._fsm.state, tasks, now, routing=self._routing, published=now)
+        self._status = Status(
+            self._fsm.state,
+            tasks,
+            now,
+            routing=self._routing,
+            published=now,
+            broker_connected=self._broker_connected,
+        )
 
     def _set_state(self, state: WorkerState) -> None:
         self._fsm.transition(state)
@@ -141,7 +154,11 @@ class Worker:
         settings = self.settings
         admin = Admin(settings)
         layout = prepare_topics(
-            admin, self.topology, settings.application_id, settings.internal_topics_create
+            admin,
+            self.topology,
+            settings.application_id,
+            settings.internal_topics_create,
+            dead_letter=settings.dead_letter_enabled,
         )
         self._routing = self._routing.with_partitions(layout.partitions)
         collector = (
@@ -179,6 +196,7 @@ class Worker:
         )
         manager.on_change = self._publish
         self._manager = manager
+        self._member = member
         loop = ProcessingLoop(
             settings, manager, member, consumer, collector, self.clock, self._stop, self.metrics
         )
@@ -205,7 +223,7 @@ class Worker:
 
     def _commit_protocol(
         self, collector: RecordCollector, member: GroupMember
-    ) -> Callable[[list[Task]], dict[tuple[str, int], int]] | None:
+    ) -> CommitProtocol | None:
         """exactly_once_v2: transactions fenced by the member's generation; else the default."""
         if not isinstance(collector, TransactionalCollector):
             return None
@@ -244,6 +262,7 @@ class Worker:
         manager = self._manager
         if manager is None:
             return
+        self._check_broker()
         if self._fsm.state is WorkerState.RUNNING and manager.restoring():
             self._set_state(WorkerState.REBALANCING)
         elif (
@@ -254,6 +273,25 @@ class Worker:
             self._publish()  # fresh offsets and lags for /tasks and interactive queries
         else:
             self._status = replace(self._status, heartbeat=time.monotonic())
+
+    def _check_broker(self) -> None:
+        """Follow whether the group member reaches its coordinator; not ready while not.
+
+        Once joined, losing the coordinator is how an unreachable broker shows first: an
+        idle worker has no commit that could fail. Changes are logged and published.
+        """
+        member = self._member
+        if member is None or not self._assigned:
+            return
+        connected = member.coordinator_known
+        if connected is self._broker_connected:
+            return
+        self._broker_connected = connected
+        if connected:
+            self._log.info("broker.reachable")
+        else:
+            self._log.warning("broker.unreachable", bootstrap=self.settings.bootstrap_servers)
+        self._publish()
 
     def _on_assigned(self, assignment: Assignment) -> None:
         assert self._manager is not None

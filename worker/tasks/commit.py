@@ -36,6 +36,20 @@ class OffsetCommitter(Protocol):
     def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]: ...
 
 
+class CommitProtocol(Protocol):
+    """One guarantee's commit over the running active tasks, and how to drop uncommitted work."""
+
+    def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]: ...
+
+    def abort(self) -> bool:
+        """Drop what was sent since the last commit, where the guarantee can.
+
+        Returns True when the uncommitted output of every running task was dropped (so
+        every one of them must be revived), False when nothing could be unsent.
+        """
+        ...
+
+
 def _source_offsets(tasks: Sequence[Task]) -> dict[TP, int]:
     offsets: dict[TP, int] = {}
     for task in tasks:
@@ -79,6 +93,10 @@ class AtLeastOnceCommit:
                 raise CommitFailed("offset_commit_failed", str(exc)) from exc
         return offsets
 
+    def abort(self) -> bool:
+        """Nothing to abort: records already produced stay (at least once)."""
+        return False
+
 
 class ExactlyOnceCommit:
     """exactly_once_v2, in order:
@@ -111,3 +129,8 @@ class ExactlyOnceCommit:
         for task in tasks:
             task.commit_stores(self._collector.acked)
         return offsets
+
+    def abort(self) -> bool:
+        """Abort the open transaction: every task's output since the last commit is gone."""
+        self._collector.abort()
+        return True

@@ -11,17 +11,27 @@ from typing import Any
 
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
-from worker.errors import TaskCorrupted
-from worker.kafka.clients import DataConsumer
+from worker.errors import KafkaUnavailable, TaskCorrupted, TopologyError, WorkerError
+from worker.kafka.clients import DataConsumer, ProduceFailed
+from worker.kafka.transactions import TransactionFailed
 from worker.observability import get_logger
+from worker.processing.handlers import (
+    ExceptionPolicy,
+    RecordFailed,
+    describe,
+    format_stacktrace,
+)
 from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
 from worker.state.restore import ChangelogReader
-from worker.tasks.commit import AtLeastOnceCommit, CommitFailed, OffsetCommitter
+from worker.tasks.commit import AtLeastOnceCommit, CommitFailed, CommitProtocol, OffsetCommitter
+from worker.tasks.failures import FailureDecision, ProcessingFailures
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
 TP = tuple[str, int]
+# What a sink's send raises when the producer, not the record, is at fault.
+_PRODUCER_FAILURES = (KafkaUnavailable, ProduceFailed, TransactionFailed)
 
 
 class TaskManager:
@@ -35,7 +45,7 @@ class TaskManager:
         consumer: DataConsumer,
         committer: OffsetCommitter,
         high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
-        commit_protocol: Callable[[list[Task]], dict[TP, int]] | None = None,
+        commit_protocol: CommitProtocol | None = None,
     ) -> None:
         self._subtopologies: dict[int, Subtopology] = {st.id: st for st in topology.subtopologies}
         self._ctx = ctx
@@ -46,8 +56,12 @@ class TaskManager:
         self._route: dict[TP, Task] = {}
         self._was_running: set[TaskId] = set()
         self._high_watermarks = high_watermarks
-        self._commit_protocol = commit_protocol or AtLeastOnceCommit(
+        self._commit_protocol: CommitProtocol = commit_protocol or AtLeastOnceCommit(
             ctx.collector, committer, ctx.settings.commit_timeout_s
+        )
+        self._failures = ProcessingFailures(
+            ExceptionPolicy(ctx.settings.processing_exception_handler),
+            ctx.settings.processing_exception_max_retries,
         )
         self._first_assignment_at: float | None = None
         self._first_processed = False
@@ -265,13 +279,27 @@ class TaskManager:
             self.on_change()
 
     def process(self, messages: list[Any]) -> int:
-        """Route each record to its task. Returns how many were processed."""
+        """Route each record to its task. Returns how many were processed.
+
+        A record whose processing raises revives its task (see ``_processing_failed``);
+        the rest of the batch for a revived task is dropped with its partitions. Raises
+        RecordFailed where a record's policy is ``fail``, and the worker's own errors.
+        """
         route = self._route
         processed = 0
         for msg in messages:
             task = route.get((msg.topic(), msg.partition()))
             if task is not None:  # records of a just-revoked partition are dropped
-                task.process(msg)
+                try:
+                    task.process(msg)
+                except _PRODUCER_FAILURES as exc:
+                    self._producer_failed(exc)
+                    continue
+                except Exception as exc:
+                    if isinstance(exc, WorkerError) and not isinstance(exc, TopologyError):
+                        raise  # the worker's own failure (or a fail policy), not the record's
+                    self._processing_failed(task, msg, exc)
+                    continue
                 processed += 1
         if processed:
             self._ctx.metrics.processed_records.inc(processed)
@@ -280,6 +308,51 @@ class TaskManager:
                 elapsed = self._ctx.clock.monotonic() - self._first_assignment_at
                 self._ctx.metrics.first_process_after_join.set(elapsed)
         return processed
+
+    def _processing_failed(self, task: Task, msg: Any, exc: Exception) -> None:
+        """A processor or sink raised on ``msg``: revive, then retry it, skip it or stop.
+
+        1. Count the failure; ProcessingFailures says retry, skip or fail.
+        2. fail: raise RecordFailed; the worker stops and its tasks close dirty.
+        3. Drop the partial work of the failed attempt by reviving from the last committed
+           state. Under exactly-once the open transaction is aborted, so every running
+           active task is revived; under at-least-once only this one (what it already
+           produced stays produced: at least once).
+        4. skip: mark the record, so that when it arrives again it is skipped (logged or
+           dead-lettered, inside the transaction that commits past it).
+        """
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        decision, attempts = self._failures.failed(topic, partition, offset)
+        task.log.warning(
+            "record.processing_failed",
+            record=f"{topic}-{partition}@{offset}",
+            attempt=attempts,
+            decision=decision.value,
+            error=describe(exc),
+        )
+        if decision is FailureDecision.FAIL:
+            raise RecordFailed(
+                f"task {task.id}: record {topic}-{partition}@{offset} failed {attempts} times:"
+                f" {describe(exc)} (processing.exception.handler = fail)"
+            ) from exc
+        if decision is FailureDecision.SKIP:
+            task.mark_poisoned(msg, exc, format_stacktrace(exc))
+        running = [t for t in self.tasks.values() if t.is_active and t.state is TaskState.RUNNING]
+        revived = running if self._commit_protocol.abort() else [task]
+        self._revive(revived, "processing_error", describe(exc))
+
+    def _producer_failed(self, exc: WorkerError) -> None:
+        """A sink could not send (broker away, no transaction could start, fenced).
+
+        Not the record's fault: abort what can be aborted and revive every running active
+        task from its last committed state, as a failed commit does; the records are
+        processed again once the producer works.
+        """
+        reason = "transaction_failed" if isinstance(exc, TransactionFailed) else "produce_failed"
+        self._log.warning("produce.failed", reason=reason, error=str(exc))
+        self._commit_protocol.abort()
+        running = [t for t in self.tasks.values() if t.is_active and t.state is TaskState.RUNNING]
+        self._revive(running, reason, str(exc))
 
     def pending_bytes(self) -> int:
         return sum(t.pending_bytes for t in self.tasks.values())
@@ -307,28 +380,32 @@ class TaskManager:
             with metrics.commit_seconds.time():
                 offsets = self._commit_protocol(running)
         except CommitFailed as exc:
-            self._revive(running, exc)
+            self._log.warning("commit.failed", reason=exc.reason, error=str(exc))
+            self._revive(running, exc.reason, str(exc))
             return False
         for task in running:
             task.mark_sources_committed(offsets)
             task.maybe_write_checkpoint()
+        self._failures.forget_committed(offsets)
         metrics.commits.inc()
         return True
 
-    def _revive(self, tasks: list[Task], failure: CommitFailed) -> None:
+    def _revive(self, tasks: list[Task], reason: str, error: str) -> None:
         """Close dirty and revive: drop buffers and positions, restore, reprocess.
 
         The stores hold only committed data (the buffers never reached RocksDB), so
         reviving means restoring the changelog tail from the stored offsets (aborted
         records are skipped under read_committed) and consuming from the committed
-        source offsets again.
+        source offsets again. ``reason`` labels ``worker_task_revivals_total``.
         """
-        self._log.warning("commit.failed", reason=failure.reason, error=str(failure))
+        self._log.warning(
+            "tasks.revived", reason=reason, tasks=sorted(str(t.id) for t in tasks), error=error
+        )
         for task in tasks:
             self._stop_inputs(task)
             task.discard_uncommitted()
-            task.transition(TaskState.SUSPENDED, f"commit failed: {failure.reason}")
-            self._ctx.metrics.task_revivals.labels(reason=failure.reason).inc()
+            task.transition(TaskState.SUSPENDED, f"revived: {reason}")
+            self._ctx.metrics.task_revivals.labels(reason=reason).inc()
             self._start(task, resumed=False)
         self.on_change()
 

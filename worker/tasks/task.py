@@ -17,8 +17,10 @@ from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
 from worker.kafka.clients import RecordCollector
+from worker.kafka.topics import dlq_topic
 from worker.observability import Metrics, get_logger
 from worker.processing.graph import TaskGraph
+from worker.processing.handlers import BadRecord, ExceptionPolicy, RecordErrorHandler
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
@@ -71,6 +73,11 @@ class Task:
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
         self._graph: TaskGraph | None = None
+        self.errors: RecordErrorHandler | None = None
+        # Records whose retries are used up: skipped whenever they arrive again until a
+        # commit moves past them (the task was revived in between, so nothing of their
+        # failed attempts survives).
+        self._poisoned: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
         self._last_checkpoint = ctx.clock.monotonic()
 
     @property
@@ -108,9 +115,24 @@ class Task:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
             self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
         if self.role is TaskRole.ACTIVE:
-            self._graph = TaskGraph(
-                self.subtopology, str(self.id), self.stores, self._ctx.collector
-            )
+            self._graph = self._new_graph()
+
+    def _new_graph(self) -> TaskGraph:
+        settings = self._ctx.settings
+        self.errors = RecordErrorHandler(
+            str(self.id),
+            ExceptionPolicy(settings.default_deserialization_exception_handler),
+            ExceptionPolicy(settings.processing_exception_handler),
+            dlq_topic(settings.application_id),
+            self._ctx.collector,
+            self._ctx.metrics,
+            self._ctx.clock,
+            self.log,
+            settings.max_record_bytes,
+        )
+        return TaskGraph(
+            self.subtopology, str(self.id), self.stores, self._ctx.collector, self.errors
+        )
 
     @property
     def is_active(self) -> bool:
@@ -140,11 +162,8 @@ class Task:
         self._consumed.clear()
         self._committed_sources.clear()
         self._produced.clear()
-        self._graph = (
-            TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector)
-            if role is TaskRole.ACTIVE
-            else None
-        )
+        self._poisoned.clear()
+        self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
 
     def _migrate_checkpoint(self) -> None:
         """Offsets found only in an old ``.checkpoint`` move into stores that have none."""
@@ -219,12 +238,39 @@ class Task:
     # -- processing ------------------------------------------------------------------
 
     def process(self, msg: Any) -> None:
-        """Run one source record through the graph (actives only)."""
+        """Run one source record through the graph (actives only).
+
+        Whatever the processors raise propagates (the task manager retries the record);
+        a record marked poisoned is skipped instead, by the processing exception policy.
+        """
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        self._graph.process(  # type: ignore[union-attr]
-            topic, partition, offset, msg.timestamp()[1], msg.key(), msg.value(), msg.headers()
-        )
+        if not self._poisoned or not self._skip_poisoned(msg):
+            self._graph.process(  # type: ignore[union-attr]
+                topic, partition, offset, msg.timestamp()[1], msg.key(), msg.value(), msg.headers()
+            )
         self._consumed[(topic, partition)] = offset
+
+    def mark_poisoned(self, msg: Any, exc: BaseException, stacktrace: str) -> None:
+        """Skip ``msg`` when it arrives again: its processing failed on every attempt."""
+        self._poisoned[(msg.topic(), msg.partition(), msg.offset())] = (exc, stacktrace)
+
+    def _skip_poisoned(self, msg: Any) -> bool:
+        # The mark stays until a commit moves past the record: a revival for a later
+        # record's failure brings this one back, and it must be skipped again.
+        found = self._poisoned.get((msg.topic(), msg.partition(), msg.offset()))
+        if found is None:
+            return False
+        record = BadRecord(
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            msg.timestamp()[1],
+            msg.key(),
+            msg.value(),
+            msg.headers(),
+        )
+        self.errors.processing_failed(record, *found)  # type: ignore[union-attr]
+        return True
 
     def start_positions(self, committed: Mapping[TP, int | None]) -> dict[TP, int | None]:
         """Where processing resumes: the group's committed offset of each source partition.
@@ -297,6 +343,10 @@ class Task:
 
     def mark_sources_committed(self, offsets: Mapping[TP, int]) -> None:
         self._committed_sources.update(offsets)
+        if self._poisoned:
+            for topic, partition, offset in list(self._poisoned):
+                if offset < offsets.get((topic, partition), -1):
+                    del self._poisoned[(topic, partition, offset)]
 
     def maybe_write_checkpoint(self) -> None:
         """Step 5: rewrite ``.checkpoint`` when ``statestore.checkpoint.interval.ms`` passed."""

@@ -184,19 +184,16 @@ class Harness:
         return 0.0 if value is None else value
 
 
-@pytest.fixture
-def harness(
-    topology: BuiltTopology,
-    ctx: TaskContext,
-    collector: FakeCollector,
-    clock: FakeClock,
-    metrics: Metrics,
-    state_dir: StateDirectory,
-) -> Iterator[Harness]:
+def make_harness(topology: BuiltTopology, ctx: TaskContext) -> Harness:
+    """A task manager over ``ctx`` (whose collector is a FakeCollector) and fresh Kafka fakes.
+
+    For tests that cannot use the ``harness`` fixture (hypothesis tests build one per
+    test run); call ``harness.manager.close_all(clean=False)`` at the end.
+    """
     committer = FakeCommitter()
     consumer = FakeDataConsumer()
     restore_consumer = FakeRestoreConsumer()
-    reader = ChangelogReader(restore_consumer, metrics, batch_records=1000)  # type: ignore[arg-type]
+    reader = ChangelogReader(restore_consumer, ctx.metrics, batch_records=1000)  # type: ignore[arg-type]
     manager = TaskManager(
         topology,
         ctx,
@@ -206,7 +203,21 @@ def harness(
         # The ends the fake broker holds, as the fetch path would report them.
         high_watermarks=lambda tps: {tp: restore_consumer.end_offset(tp) for tp in tps},
     )
-    yield Harness(
-        manager, ctx, collector, committer, consumer, restore_consumer, clock, metrics, state_dir
+    return Harness(
+        manager,
+        ctx,
+        ctx.collector,  # type: ignore[arg-type]
+        committer,
+        consumer,
+        restore_consumer,
+        ctx.clock,  # type: ignore[arg-type]
+        ctx.metrics,
+        ctx.state_dir,
     )
-    manager.close_all(clean=False)
+
+
+@pytest.fixture
+def harness(topology: BuiltTopology, ctx: TaskContext) -> Iterator[Harness]:
+    made = make_harness(topology, ctx)
+    yield made
+    made.manager.close_all(clean=False)
