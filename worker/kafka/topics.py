@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.errors import TopologyError
+from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.clients import Admin, TopicSpec
 from worker.processing.topology import BuiltTopology
 
@@ -101,3 +101,71 @@ def _ensure_changelogs(
         else:
             to_create.append(TopicSpec(topic, want, CHANGELOG_CONFIG))
     admin.create_topics(to_create)
+
+
+class TopicWatch:
+    """Checks now and then that the topics checked at start-up are still there, as they were.
+
+    A source, sink, changelog or dead-letter topic deleted (or re-created with another
+    partition count) under a running worker is otherwise silent on some brokers: the test
+    broker even acknowledges writes to a deleted changelog. Called from the processing
+    loop; one metadata request per ``interval`` seconds. A broker that does not answer is
+    not an error here (readiness covers that).
+    """
+
+    def __init__(
+        self,
+        admin: Admin,
+        topology: BuiltTopology,
+        application_id: str,
+        layout: TopicLayout,
+        dead_letter: bool,
+        interval: float,
+    ) -> None:
+        self._admin = admin
+        self._interval = interval
+        self._next = 0.0
+        expected: dict[str, int] = {}
+        for st in topology.subtopologies:
+            n = layout.partitions[st.id]
+            for topic in st.source_topics:
+                expected[topic] = n
+            for spec in st.stores:
+                expected[spec.changelog(application_id)] = n
+        self._expected = expected
+        self._others = set(topology.sink_topics()) | (
+            {dlq_topic(application_id)} if dead_letter else set()
+        )
+        self._changelogs = {
+            spec.changelog(application_id)
+            for st in topology.subtopologies
+            for spec in st.stores
+            if not spec.is_table
+        }
+
+    def check(self, now: float) -> None:
+        """Raise TopologyError naming every topic that is gone or changed its partitions."""
+        if now < self._next:
+            return
+        self._next = now + self._interval
+        try:
+            counts = self._admin.partition_counts(
+                set(self._expected) | self._others, timeout=min(2.0, self._interval)
+            )
+        except KafkaUnavailable:
+            return
+        problems = []
+        for topic in sorted(set(self._expected) | self._others):
+            kind = "changelog" if topic in self._changelogs else "topic"
+            if topic not in counts:
+                problems.append(f"{kind} {topic} was deleted")
+            elif topic in self._expected and counts[topic] != self._expected[topic]:
+                problems.append(
+                    f"{kind} {topic} now has {counts[topic]} partitions,"
+                    f" {self._expected[topic]} at start-up"
+                )
+        if problems:
+            raise TopologyError(
+                "; ".join(problems) + " while the worker ran: local state and offsets no longer"
+                " match the topics. Recreate the topics as they were, or reset the application"
+            )

@@ -26,7 +26,7 @@ from worker.kafka.clients import (
     fetch_high_watermarks,
 )
 from worker.kafka.membership import GroupMember
-from worker.kafka.topics import prepare_topics
+from worker.kafka.topics import TopicWatch, prepare_topics
 from worker.kafka.transactions import TransactionalCollector, group_metadata
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
@@ -53,6 +53,9 @@ from worker.tasks.commit import CommitProtocol, ExactlyOnceCommit
 from worker.tasks.manager import TaskManager
 from worker.tasks.state import TaskRole
 from worker.tasks.task import TaskContext
+
+# How often the running worker checks that its topics still exist as at start-up.
+TOPIC_CHECK_SECONDS = 10.0
 
 
 class Worker:
@@ -82,6 +85,7 @@ class Worker:
         self._routing = Routing()  # for queries: endpoint, host maps, tasks per sub-topology
         self._lag: LagFn = no_lag
         self._member: GroupMember | None = None
+        self._topic_watch: TopicWatch | None = None
         self._broker_connected = True
         self._watchdog = ShutdownWatchdog(self._stop, settings.shutdown_timeout_ms / 1000.0)
 
@@ -161,6 +165,15 @@ class Worker:
             dead_letter=settings.dead_letter_enabled,
         )
         self._routing = self._routing.with_partitions(layout.partitions)
+        self._topic_watch = TopicWatch(
+            admin,
+            self.topology,
+            settings.application_id,
+            layout,
+            settings.dead_letter_enabled,
+            TOPIC_CHECK_SECONDS,
+        )
+        self._topic_watch.check(time.monotonic())  # arms the timer; start-up just checked
         collector = (
             TransactionalCollector(settings, f"{settings.application_id}-{state_dir.process_id}")
             if settings.exactly_once
@@ -263,6 +276,8 @@ class Worker:
         if manager is None:
             return
         self._check_broker()
+        if self._topic_watch is not None:
+            self._topic_watch.check(time.monotonic())
         if self._fsm.state is WorkerState.RUNNING and manager.restoring():
             self._set_state(WorkerState.REBALANCING)
         elif (

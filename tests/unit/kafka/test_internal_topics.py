@@ -1,4 +1,5 @@
-"""The dead-letter topic is checked and created at start-up with the changelogs."""
+"""Internal topics: the dead-letter topic created at start-up with the changelogs, and the
+watch that notices topics deleted or re-partitioned under a running worker."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from collections.abc import Iterable, Sequence
 
 import pytest
 
-from worker.errors import TopologyError
+from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.clients import TopicSpec
-from worker.kafka.topics import DLQ_CONFIG, dlq_topic, prepare_topics
+from worker.kafka.topics import DLQ_CONFIG, TopicWatch, dlq_topic, prepare_topics
 from worker.processing import Topology
 from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
@@ -70,3 +71,61 @@ def test_a_missing_dead_letter_topic_is_an_error_when_creation_is_off() -> None:
 
     with pytest.raises(TopologyError, match="dead-letter topic app-dlq does not exist"):
         prepare_topics(admin, topology(), "app", create_internal=False, dead_letter=True)  # type: ignore[arg-type]
+
+
+# -- topics deleted or changed under a running worker ---------------------------------
+
+
+def stateful() -> BuiltTopology:
+    return (
+        Topology()
+        .add_source("in", "input", key_serde=STR, value_serde=JSON)
+        .add_store("counts", key_serde=STR, value_serde=JSON)
+        .add_processor("p", lambda ctx, k, v: None, parents=["in"], stores=["counts"])
+        .add_sink("out", "output", parents=["p"])
+        .build()
+    )
+
+
+def watch(admin: FakeAdmin) -> TopicWatch:
+    layout = prepare_topics(admin, stateful(), "app", create_internal=True)  # type: ignore[arg-type]
+    return TopicWatch(admin, stateful(), "app", layout, dead_letter=False, interval=10.0)  # type: ignore[arg-type]
+
+
+def test_the_topic_watch_is_quiet_while_the_topics_are_as_at_start_up() -> None:
+    admin = FakeAdmin({"input": 2, "output": 2})
+    topics = watch(admin)
+
+    topics.check(0.0)
+    topics.check(100.0)
+
+
+def test_a_changelog_deleted_under_the_worker_is_a_clear_error() -> None:
+    admin = FakeAdmin({"input": 2, "output": 2})
+    topics = watch(admin)
+    topics.check(0.0)
+    del admin.topics["app-counts-changelog"]
+
+    topics.check(5.0)  # not yet: one check per interval
+    with pytest.raises(TopologyError, match="changelog app-counts-changelog was deleted"):
+        topics.check(10.0)
+
+
+def test_a_source_repartitioned_under_the_worker_is_a_clear_error() -> None:
+    admin = FakeAdmin({"input": 2, "output": 2})
+    topics = watch(admin)
+    admin.topics["input"] = 3
+
+    with pytest.raises(TopologyError, match="topic input now has 3 partitions, 2 at start-up"):
+        topics.check(0.0)
+
+
+def test_an_unreachable_broker_is_not_a_topic_error() -> None:
+    admin = FakeAdmin({"input": 2, "output": 2})
+    topics = watch(admin)
+
+    def unavailable(topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
+        raise KafkaUnavailable("no broker")
+
+    admin.partition_counts = unavailable  # type: ignore[method-assign]
+    topics.check(0.0)
