@@ -85,9 +85,13 @@ def start_worker(worker_factory, proxied: Proxied, guarantee: str):  # type: ign
     return worker
 
 
-def ride_out_outage(worker, proxied: Proxied) -> None:  # type: ignore[no-untyped-def]
-    """Cut the proxy for OUTAGE_S; the worker must stay up and report not ready."""
-    proxied.proxy.cut()
+def ride_out_outage(worker, proxied: Proxied, how: str) -> None:  # type: ignore[no-untyped-def]
+    """Cut the proxy (``reset`` or ``blackhole``) for OUTAGE_S; the worker must stay up
+    and report not ready."""
+    if how == "reset":
+        proxied.proxy.cut()
+    else:
+        proxied.proxy.blackhole()
     cut_at = time.monotonic()
     wait_until(lambda: not worker.ready(), 30, message="/readyz 503 while the broker is away")
     while time.monotonic() - cut_at < OUTAGE_S:
@@ -99,29 +103,29 @@ def ride_out_outage(worker, proxied: Proxied) -> None:  # type: ignore[no-untype
     worker.wait_ready(120)
 
 
-EOS_HANG = pytest.mark.xfail(
-    reason=(
-        "seen here: after the outage the first exactly-once commit blocks in librdkafka's"
-        " send_offsets_to_transaction past its 10 s timeout (AddOffsetsToTxn answered, the"
-        " TxnOffsetCommit never is), so the loop stalls and /readyz stays 503; cause not"
-        " established (test broker or librdkafka). Everything up to it passes."
-    ),
-    strict=False,
-)
-
-
+# How the network fails: ``reset`` (every connection reset, new ones refused) or
+# ``blackhole`` (packets dropped: connections hang until the network is back).
+# exactly_once_v2 is not run with ``reset``: when a connection is reset while the test
+# broker is storing a transactional produce request, the broker keeps the records but
+# loses them from the transaction, so they stay visible to read_committed readers after
+# the transaction is aborted (docs/platform-notes.md); on Kafka the abort covers them.
 @pytest.mark.parametrize(
-    "guarantee", ["at_least_once", pytest.param("exactly_once_v2", marks=EOS_HANG)]
+    ("guarantee", "how"),
+    [
+        ("at_least_once", "reset"),
+        ("at_least_once", "blackhole"),
+        ("exactly_once_v2", "blackhole"),
+    ],
 )
 def test_a_30s_broker_outage_is_ridden_out_and_the_output_is_complete(
-    proxied, worker_factory, guarantee
+    proxied, worker_factory, guarantee, how
 ):
     worker = start_worker(worker_factory, proxied, guarantee)
     proxied.produce(1000)
     wait_until(lambda: len(proxied.output_ids()) == 1000, 60, message="first outputs")
     proxied.produce(5000)  # cut while these are processed and not all committed
 
-    ride_out_outage(worker, proxied)
+    ride_out_outage(worker, proxied, how)
 
     proxied.produce(1000)
     expected = set(range(proxied.sent))

@@ -8,6 +8,11 @@ start the broker with the proxy's port as its advertised listener
 - :meth:`TcpProxy.cut`: every open connection is reset and the listening socket is
   closed, so new connections are refused, until :meth:`TcpProxy.restore` listens again
   on the same port;
+- :meth:`TcpProxy.blackhole`: a network partition as packet loss shows it: connections
+  stay open and new ones are accepted, but no byte is passed on in either direction
+  until :meth:`TcpProxy.restore`; what was held back is then delivered in order.
+  Clients notice only by their own timeouts, and a request the broker had already taken
+  is answered late instead of cut off halfway;
 - ``latency``: each chunk of data waits this long before it is passed on, in both
   directions (a slow network; a request-response round trip costs twice that).
 
@@ -63,6 +68,8 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._acceptor: threading.Thread | None = None
         self._stopped = threading.Event()
+        self._flowing = threading.Event()  # cleared while blackholed
+        self._flowing.set()
         self.port = port
         self.connections = 0  # forwarded connections over the proxy's lifetime
         self._listen()
@@ -106,8 +113,15 @@ class TcpProxy:
         for link in links:
             link.close()
 
+    def blackhole(self) -> None:
+        """Hold every byte in both directions, on open and new connections, until
+        :meth:`restore`."""
+        self._flowing.clear()
+
     def restore(self) -> None:
-        """Listen on the same port again and forward new connections."""
+        """Forward again: listen on the same port after :meth:`cut`, pass on what a
+        :meth:`blackhole` held back."""
+        self._flowing.set()
         if not self._stopped.is_set():
             self.start()
 
@@ -122,6 +136,7 @@ class TcpProxy:
     def close(self) -> None:
         """Stop for good: close everything. Idempotent."""
         self._stopped.set()
+        self._flowing.set()
         self.cut()
 
     def __enter__(self) -> TcpProxy:
@@ -174,6 +189,9 @@ class TcpProxy:
                 if self.latency > 0:
                     # The simulated network delay itself, not a wait for a condition.
                     time.sleep(self.latency)
+                while not self._flowing.wait(_ACCEPT_POLL_S):
+                    if link.closed.is_set():
+                        return
                 dst.sendall(data)
         except OSError:
             pass

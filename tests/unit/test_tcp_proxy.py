@@ -80,3 +80,31 @@ def test_latency_delays_each_direction(echo: int) -> None:
         started = time.monotonic()
         assert roundtrip(proxy.port) == b"ping"
         assert time.monotonic() - started >= 0.2
+
+
+def test_a_blackhole_holds_bytes_on_open_and_new_connections_until_restored(echo: int) -> None:
+    with TcpProxy("127.0.0.1", echo) as proxy:
+        held = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        held.sendall(b"a")
+        assert held.recv(16) == b"a"
+
+        proxy.blackhole()
+
+        held.sendall(b"b")
+        held.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            held.recv(16)  # nothing comes back while blackholed: the connection stays open
+        late = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        late.sendall(b"c")
+        late.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            late.recv(16)
+
+        proxy.restore()
+
+        held.settimeout(5)
+        late.settimeout(5)
+        assert held.recv(16) == b"b", "what was held back is delivered after the restore"
+        assert late.recv(16) == b"c"
+        held.close()
+        late.close()

@@ -222,13 +222,19 @@ class GroupMember:
     def coordinator_known(self) -> bool:
         """Whether the member knows its group coordinator and is connected to it.
 
-        False from the moment the heartbeat finds the connection gone (or the session
-        expired without an answer) until the coordinator is found again: the broker is
-        unreachable, for readiness.
+        False from the moment the heartbeat finds the connection gone, or a whole session
+        timeout passes without a heartbeat answered while the group is stable, until the
+        coordinator answers again: the broker is unreachable, for readiness. The second
+        case is checked here rather than left to kafka-python's heartbeat thread, which
+        waits on the unanswered heartbeat itself when packets are dropped and so never
+        gets to its own session check.
         """
         if self._consumer is None:
             return False
-        return not self._consumer._coordinator.coordinator_unknown()
+        coordinator = self._consumer._coordinator
+        if coordinator.coordinator_unknown():
+            return False
+        return not (coordinator.stable() and coordinator.heartbeat.session_timeout_expired())
 
     @property
     def assigned_partitions(self) -> frozenset[TP]:

@@ -115,6 +115,7 @@ class TransactionalCollector(RecordCollector):
         super().__init__(settings, {"transactional.id": transactional_id})
         self._timeout = settings.commit_timeout_s
         self._in_transaction = False
+        self._abort_pending = False
         self._initialised = False
         self._init()
 
@@ -128,9 +129,21 @@ class TransactionalCollector(RecordCollector):
         self._initialised = True
 
     def _begin(self) -> None:
-        """Open a transaction, first resuming an ``init_transactions`` that timed out.
-        Raises TransactionFailed."""
+        """Open a transaction, first finishing an abort the broker could not take before
+        and an ``init_transactions`` that timed out. Raises TransactionFailed."""
         if not self._in_transaction:
+            if self._abort_pending:
+                if self._abort_open() == "pending":
+                    raise TransactionFailed(
+                        "the previous transaction is not aborted yet (broker unreachable)",
+                        fenced=False,
+                    )
+                # Aborted at last (or beyond saving): continue on a fresh producer. One
+                # that lived through the outage can keep a coordinator handle from before
+                # librdkafka re-bootstrapped, and then never sends the TxnOffsetCommit of
+                # its next transaction (seen with librdkafka 2.16: the call blocks past
+                # its timeout).
+                self._replace_producer()
             if not self._initialised:
                 self._init()
             try:
@@ -171,42 +184,52 @@ class TransactionalCollector(RecordCollector):
         self._in_transaction = False
 
     def abort(self, cause: TransactionFailed | None = None) -> None:
-        """Abort the open transaction; replace the producer if it cannot (fenced, or the
-        broker is away). Never raises: a new producer whose ``init_transactions`` cannot
-        complete now is initialised by the next ``_begin``.
+        """Abort the open transaction; replace the producer if it cannot abort (fenced).
+
+        An abort that times out (the broker is away) is retried on the same producer by
+        the next ``_begin``, as librdkafka asks: replacing the producer instead would
+        leave the old one's records in flight. Never raises: a new producer whose
+        ``init_transactions`` cannot complete now is initialised by the next ``_begin``.
         """
-        if cause is None or not cause.fenced:
-            try:
-                if self._in_transaction:
-                    self._producer.abort_transaction(self._timeout)
-                    # The abort purged the records still queued; their failed delivery
-                    # reports (_PURGE_QUEUE) are served now, so that they do not fail the
-                    # next transaction's flush.
-                    self._producer.poll(0)
-                self._in_transaction = False
-                self._errors.clear()
-                return
-            except ck.KafkaException:
-                pass  # could not abort: start over with a new producer below
+        if (cause is None or not cause.fenced) and self._abort_open() != "failed":
+            return
         self._replace_producer()
 
-    def _replace_producer(self) -> None:
-        """Drop the producer for a new one with the same transactional.id.
-
-        1. Purge the old one's queued and in-flight records, so it never sends them once
-           the broker is back (seen on the test broker: such late records of an aborted
-           transaction became visible to read_committed consumers).
-        2. The new one's ``init_transactions`` bumps the epoch, fencing the old one and
-           aborting its open transaction; if the broker is away it runs at the next
-           ``_begin`` instead.
-        """
-        old = self._producer
-        with contextlib.suppress(ck.KafkaException, RuntimeError):
-            old.purge(in_queue=True, in_flight=True, blocking=False)
-            old.poll(0)
+    def _abort_open(self) -> str:
+        """Abort the open (or pending) transaction: "done", "pending" (a retriable failure,
+        retried by the next ``_begin``) or "failed" (the producer must be replaced)."""
+        if self._in_transaction or self._abort_pending:
+            try:
+                self._producer.abort_transaction(self._timeout)
+            except ck.KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], ck.KafkaError) else None
+                if error is None or error.fatal() or not error.retriable():
+                    return "failed"
+                self._in_transaction, self._abort_pending = False, True
+                return "pending"
+            # The abort purged the records still queued; their failed delivery reports
+            # (_PURGE_QUEUE) are served now, so that they do not fail the next flush.
+            self._producer.poll(0)
+        self._in_transaction, self._abort_pending = False, False
         self._errors.clear()
-        self._in_transaction = False
+        return "done"
+
+    def _replace_producer(self) -> None:
+        """A new producer with the same transactional.id: its ``init_transactions`` bumps
+        the epoch, fencing the old one and (on Kafka) aborting its open transaction.
+
+        The old producer's queued and in-flight records are purged first, so it never
+        sends them later. An open transaction is aborted by the old producer itself
+        before it is replaced (see ``abort``): the test broker does not abort a
+        transaction when the epoch is bumped, and the new producer's first commit would
+        then commit the old one's records too.
+        """
+        with contextlib.suppress(ck.KafkaException, RuntimeError):
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self._producer.poll(0)
+        self._errors.clear()
+        self._in_transaction, self._abort_pending = False, False
         self._producer = ck.Producer(self._config)
         self._initialised = False
         with contextlib.suppress(TransactionFailed):
-            self._init()
+            self._init()  # the broker is away: the next transaction's _begin tries again

@@ -1,0 +1,144 @@
+"""The exactly-once record collector's failure paths, over a scripted fake producer.
+
+What must hold: a transaction that cannot be aborted while the broker is away is aborted
+by the same producer once it is back (the test broker does not abort it when a new
+producer bumps the epoch), and only then is the producer replaced; a fenced producer is
+replaced at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from worker.config import load
+from worker.kafka import transactions
+from worker.kafka.transactions import TransactionalCollector, TransactionFailed
+
+
+def _timeout() -> ck.KafkaException:
+    return ck.KafkaException(ck.KafkaError(ck.KafkaError._TIMED_OUT, "timed out", retriable=True))
+
+
+class FakeProducer:
+    """Records the transactional calls; ``script`` maps a call name to exceptions to raise,
+    one per call, before the calls succeed."""
+
+    made: list[FakeProducer] = []
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.calls: list[str] = []
+        self.script: dict[str, list[BaseException]] = {}
+        self.unacked = 0
+        FakeProducer.made.append(self)
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        pending = self.script.get(name)
+        if pending:
+            raise pending.pop(0)
+
+    def init_transactions(self, timeout: float) -> None:
+        self._call("init_transactions")
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+
+    def produce(self, topic: str, value: Any, key: Any, **kwargs: Any) -> None:
+        self.calls.append("produce")
+        self.unacked += 1
+
+    def flush(self, timeout: float) -> int:
+        self.calls.append("flush")
+        return self.unacked
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self._call("send_offsets_to_transaction")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit_transaction")
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort_transaction")
+        self.unacked = 0
+
+    def purge(self, **kwargs: Any) -> None:
+        self.calls.append("purge")
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+@pytest.fixture
+def collector(monkeypatch: pytest.MonkeyPatch) -> TransactionalCollector:
+    FakeProducer.made = []
+    monkeypatch.setattr(transactions.ck, "Producer", FakeProducer)
+    monkeypatch.setattr("worker.kafka.clients.ck.Producer", FakeProducer)
+    settings = load(
+        None,
+        {"bootstrap.servers": "127.0.0.1:9", "processing.guarantee": "exactly_once_v2"},
+        environ={},
+    ).settings
+    return TransactionalCollector(settings, "app-1")
+
+
+def test_an_abort_the_broker_cannot_take_is_finished_by_the_same_producer_then_replaced(
+    collector: TransactionalCollector,
+) -> None:
+    first = FakeProducer.made[-1]
+    collector.send("out", b"k", b"v")
+    first.script["abort_transaction"] = [_timeout(), _timeout()]
+
+    with pytest.raises(TransactionFailed) as failed:
+        collector.commit({("in", 0): 1}, b"meta")  # the record is never acknowledged
+    assert not failed.value.fenced
+    with pytest.raises(TransactionFailed, match="not aborted yet"):
+        collector.commit({("in", 0): 1}, b"meta")  # the broker is still away
+    assert len(FakeProducer.made) == 1, "no new producer while the old transaction is open"
+
+    collector.commit({("in", 0): 1}, b"meta")  # the broker is back
+
+    assert first.calls.count("abort_transaction") == 3, "the open transaction was aborted"
+    assert "purge" in first.calls
+    assert len(FakeProducer.made) == 2
+    second = FakeProducer.made[-1]
+    assert second.calls == [
+        "init_transactions",
+        "begin_transaction",
+        "flush",
+        "send_offsets_to_transaction",
+        "commit_transaction",
+    ]
+
+
+def test_a_fenced_producer_is_replaced_without_trying_to_abort(
+    collector: TransactionalCollector,
+) -> None:
+    first = FakeProducer.made[-1]
+    fenced = ck.KafkaException(ck.KafkaError(ck.KafkaError._FENCED, "fenced", fatal=True))
+    first.script["commit_transaction"] = [fenced]
+
+    with pytest.raises(TransactionFailed) as failed:
+        collector.commit({("in", 0): 1}, b"meta")
+
+    assert failed.value.fenced
+    assert "abort_transaction" not in first.calls
+    assert len(FakeProducer.made) == 2
+    assert FakeProducer.made[-1].calls == ["init_transactions"]
+
+
+def test_an_abort_that_succeeds_at_once_keeps_the_producer(
+    collector: TransactionalCollector,
+) -> None:
+    first = FakeProducer.made[-1]
+    first.script["send_offsets_to_transaction"] = [_timeout()]
+
+    with pytest.raises(TransactionFailed):
+        collector.commit({("in", 0): 1}, b"meta")
+    collector.commit({("in", 0): 1}, b"meta")
+
+    assert first.calls.count("abort_transaction") == 1
+    assert len(FakeProducer.made) == 1
