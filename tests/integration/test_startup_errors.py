@@ -116,3 +116,41 @@ def test_sources_that_are_not_co_partitioned_exit_1(own_broker, worker_factory):
     (line,) = [x for x in w.logs().splitlines() if x.startswith("error:")]
     assert "not co-partitioned" in line
     assert "account-profiles=3" in line and "payments=4" in line
+
+
+def _example_topics(bootstrap: str, extra: list[NewTopic]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [NewTopic(t, 4, 1) for t in ("payments", "account-profiles", "payment-alerts")]
+    for future in admin.create_topics(topics + extra).values():
+        future.result(30)
+
+
+@pytest.mark.integration
+def test_a_changelog_with_the_wrong_partition_count_exits_1_naming_it(own_broker, worker_factory):
+    application_id = worker_factory.application_id
+    changelog = f"{application_id}-account-totals-changelog"
+    _example_topics(own_broker.bootstrap, [NewTopic(changelog, 2, 1)])
+    w = worker_factory("skewed", settings={"bootstrap.servers": own_broker.bootstrap})
+    assert w.wait_exit(60) == 1
+    (line,) = [x for x in w.logs().splitlines() if x.startswith("error:")]
+    assert f"changelog {changelog} has 2 partitions, expected 4" in line
+
+
+@pytest.mark.integration
+def test_a_missing_changelog_is_created_unless_creation_is_off(own_broker, worker_factory):
+    _example_topics(own_broker.bootstrap, [])
+    changelog = f"{worker_factory.application_id}-account-totals-changelog"
+    refused = worker_factory(
+        "refused",
+        settings={"bootstrap.servers": own_broker.bootstrap, "internal.topics.create": False},
+    )
+    assert refused.wait_exit(60) == 1
+    (line,) = [x for x in refused.logs().splitlines() if x.startswith("error:")]
+    assert f"changelog {changelog} does not exist and internal.topics.create is false" in line
+
+    created = worker_factory("created", settings={"bootstrap.servers": own_broker.bootstrap})
+    created.wait_ready(90)
+    admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
+    topic = admin.list_topics(changelog, timeout=10).topics[changelog]
+    assert topic.error is None and len(topic.partitions) == 4
+    assert created.terminate() == 0
