@@ -11,5 +11,6 @@ BENCHMARK_NAMES = (
     "restore",
     "memory",
     "initial_standbys",
+    "restart",
     "spark_load",
 )

@@ -143,3 +143,45 @@ def comparison(
         ax.tick_params(axis="x", labelsize=7)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
+
+
+def restart(
+    path: Path,
+    sizes_mib: Sequence[float],
+    first_record: Mapping[str, Sequence[float]],
+    all_tasks: Mapping[str, Sequence[float]],
+    phases: Mapping[str, Sequence[tuple[str, float]]],
+    target: float,
+    largest: str,
+) -> Path:
+    """Left: launch to first record against the state size, one line per kind of launch
+    (dotted: to all tasks running), with the target. Right: where the seconds go at the
+    largest size, one stacked bar per kind of launch."""
+    plt = _pyplot()
+    fig, (lines, bars) = plt.subplots(
+        1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1.2, 1]}
+    )
+    for i, (label, seconds) in enumerate(first_record.items()):
+        lines.plot(sizes_mib, seconds, marker="o", lw=1.8, color=f"C{i}", label=label)
+        lines.plot(sizes_mib, all_tasks[label], ls=":", lw=1.2, color=f"C{i}")
+    lines.axhline(target, color="C3", ls="--", lw=0.9, label=f"target < {target:g} s")
+    lines.set_xlabel("local state on disk (MiB)")
+    lines.set_ylabel("seconds from launch")
+    lines.set_title("Launch to first processed record (dotted: to all tasks running)")
+    lines.set_ylim(bottom=0)
+    lines.legend(loc="upper left", fontsize=8)
+    lines.grid(alpha=0.3)
+    labels = list(phases)
+    names = [name for name, _ in next(iter(phases.values()), [])]
+    left = [0.0] * len(labels)
+    for j, name in enumerate(names):
+        widths = [max(0.0, phases[label][j][1]) for label in labels]
+        bars.barh(labels, widths, left=left, label=name, color=f"C{j + 4}")
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    bars.axvline(target, color="C3", ls="--", lw=0.9)
+    bars.invert_yaxis()
+    bars.set_xlabel("seconds from launch to first record")
+    bars.set_title(f"Where the seconds go, {largest}")
+    bars.legend(loc="lower right", fontsize=8)
+    bars.grid(axis="x", alpha=0.3)
+    return _save(fig, path)

@@ -9,24 +9,28 @@ from pathlib import Path
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A goal for a row's ratio (measured / baseline), e.g. ``>= 0.4``."""
+    """A goal for a row's ratio (measured / baseline), e.g. ``>= 0.4``; with ``unit``, a
+    goal for the measured value itself in that unit, e.g. ``< 5 s`` (issue 8's restart)."""
 
     op: str  # one of ">=", ">", "<=", "<"
     value: float
     source: str  # where the goal comes from, e.g. "issue 8"
+    unit: str | None = None
 
-    def met(self, ratio: float) -> bool:
-        if math.isnan(ratio):
+    def met(self, value: float) -> bool:
+        """Whether ``value`` (the ratio, or the measured value when ``unit`` is set) meets it."""
+        if math.isnan(value):
             return False
         return {
-            ">=": ratio >= self.value,
-            ">": ratio > self.value,
-            "<=": ratio <= self.value,
-            "<": ratio < self.value,
+            ">=": value >= self.value,
+            ">": value > self.value,
+            "<=": value <= self.value,
+            "<": value < self.value,
         }[self.op]
 
     def __str__(self) -> str:
-        return f"{self.op} {self.value:g} ({self.source})"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.op} {self.value:g}{unit} ({self.source})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +51,9 @@ class Row:
 
     @property
     def met(self) -> bool | None:
-        return None if self.target is None else self.target.met(self.ratio)
+        if self.target is None:
+            return None
+        return self.target.met(self.measured if self.target.unit else self.ratio)
 
 
 @dataclass

@@ -33,6 +33,10 @@ EXPECTED_ROWS = {
         "peak RSS, restart over 64 task directories",
         "peak RSS, 64 task directories, against the bound",
     ],
+    "Restart over local state": [
+        "launch to first record after a clean stop",
+        "launch to first record after a kill -9",
+    ],
     "Spark table load (account-profiles) vs a plain producer": [
         "rows/s, whole job (files -> aggregate -> checks -> write)",
         "rows/s, write phase only",

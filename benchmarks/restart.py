@@ -1,0 +1,454 @@
+"""Restart: launch to first processed record over large local state, versus a cold restore.
+
+Issue 8, item 3. One worker of ``benchmarks.apps:memory_app`` (one store per task, four
+tasks, 1 KiB random values under distinct keys) builds its state itself, in steps: at
+each step more records are produced and the running worker processes them, so the state
+is built once and only grows. At each size three launches are timed, each from the
+``Popen`` of ``python -m worker start`` to the first increment of
+``worker_processed_records_total`` (polled every 20 ms), each with 200 records waiting:
+
+* *clean stop*: the worker that built the state is stopped with SIGTERM and launched
+  again over the same state directory;
+* *kill -9*: that restarted worker is fed a stream of records and SIGKILLed by its PID
+  while it processes them, so its stores were not closed and its group member never
+  left; it is launched again over the same directory;
+* *cold restore* (the baseline): the same application over an empty state directory, so
+  the changelog, which holds the same state, is restored; a task processes once its own
+  part is restored, so the first record comes when the first of the four is done.
+
+The cold worker then grows the state to the next size; the old directory is deleted.
+
+Each launch is broken down from the worker's own log lines and metrics: process start
+and imports (to its first log line), stores opened (to ``membership.joining``), the group
+join (to ``membership.assigned``), and assignment to first record
+(``worker_first_process_after_join_seconds``: the restore and the first fetch). Also
+recorded: records restored (``worker_restored_records_total``), the longest
+``restore.done``, and launch to all four tasks active and running (for the cold restore,
+when the whole state is back).
+
+Target (issue 8): under 5 s after a clean stop and after kill -9 with 1 GiB of local
+state, flat as the state grows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+
+from benchmarks import plots
+from benchmarks.apps import MEMORY_TOPIC
+from benchmarks.harness import (
+    BenchmarkFailed,
+    RunContext,
+    bulk_producer,
+    create_topics,
+    log_time,
+    metric_or_zero,
+    new_application_id,
+    produce,
+    raw_consumer,
+    start_broker,
+    start_worker,
+    stop_worker,
+    wait_for,
+    worker_settings,
+)
+from benchmarks.results import Result, Row, Target
+from tests.support.processes import WorkerProcess
+
+NAME = "restart"
+TITLE = "Restart over local state"
+APP = "benchmarks.apps:memory_app"
+VALUE = 1024
+PARTITIONS = 4
+BACKLOG = 200  # records waiting for every measured launch
+TARGET_SECONDS = 5.0
+MiB = 1024**2
+PROCESSED = "worker_processed_records_total"
+CASES = ("clean stop", "kill -9", "cold restore")
+
+
+@dataclass(frozen=True)
+class Params:
+    sizes: tuple[int, ...]  # bytes of values in the stores at each step, growing
+    kill_backlog: int  # records produced for the worker that is killed while processing
+
+
+FULL = Params(sizes=(256 * MiB, 512 * MiB, 1024 * MiB), kill_backlog=20_000)
+QUICK = Params(sizes=(2 * MiB, 4 * MiB, 8 * MiB), kill_backlog=2_000)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One timed launch; every duration in seconds."""
+
+    keys: int  # distinct keys in the input at the launch: its state plus what waits
+    first_record: float  # launch to the first processed record
+    startup: float  # launch to the first log line: interpreter, imports, settings
+    before_join: float  # first log line to membership.joining: state dir, stores opened
+    join: float  # membership.joining to the first membership.assigned
+    after_join: float  # worker_first_process_after_join_seconds: restore, first fetch
+    all_tasks: float  # launch to all four tasks active and running
+    restored: int  # worker_restored_records_total once all tasks ran
+    restore_seconds: float  # the longest restore.done
+    assignments: int  # membership.assigned lines until all tasks ran
+
+
+@dataclass(frozen=True)
+class Step:
+    """The three launches at one state size."""
+
+    disk_bytes: int  # the state directory after the clean stop
+    build_seconds: float  # producing and processing this step's growth
+    stop_seconds: float  # SIGTERM to exit of the worker that built it
+    killed_after: int  # backlog records the killed worker had processed
+    launches: dict[str, Launch]
+
+
+class _Input:
+    """The app's input topic: distinct keys, random 1 KiB values, ends tracked per partition."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.keys = 0
+        self.ends: dict[int, int] = {}
+        self._producer = bulk_producer(bootstrap)
+
+    def add(self, count: int) -> None:
+        while count > 0:
+            chunk = min(count, 50_000)
+            records = [
+                (f"k{i:012d}".encode(), os.urandom(VALUE))
+                for i in range(self.keys, self.keys + chunk)
+            ]
+            produce(self.bootstrap, MEMORY_TOPIC, records, self._producer, next_offsets=self.ends)
+            self.keys += chunk
+            count -= chunk
+
+
+class _Committed:
+    """Reads the application's committed input offsets (no group join: offset fetch only)."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self._consumer = raw_consumer(bootstrap, group)
+
+    def caught_up(self, ends: dict[int, int]) -> bool:
+        parts = [ck.TopicPartition(MEMORY_TOPIC, p) for p in range(PARTITIONS)]
+        committed = {tp.partition: tp.offset for tp in self._consumer.committed(parts, 10)}
+        return all(committed.get(p, -1) >= end for p, end in ends.items())
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def run(ctx: RunContext, params: Params) -> Result:
+    broker = start_broker(ctx)
+    bootstrap = broker.bootstrap
+    create_topics(bootstrap, {MEMORY_TOPIC: PARTITIONS})
+    application_id = new_application_id("bench-restart")
+    settings = worker_settings(
+        bootstrap,
+        application_id,
+        {
+            "commit.interval.ms": 1000,
+            "rocksdb.memory.bytes": 64 * MiB,
+            "num.standby.replicas": 0,
+        },
+    )
+    feed = _Input(bootstrap)
+    committed = _Committed(bootstrap, application_id)
+    try:
+        steps = _measure(ctx, params, settings, feed, committed)
+    finally:
+        committed.close()
+    return _result(ctx, params, steps)
+
+
+def _measure(
+    ctx: RunContext,
+    params: Params,
+    settings: dict[str, object],
+    feed: _Input,
+    committed: _Committed,
+) -> list[Step]:
+    """Grow, then time the three launches, at every size; the cold worker grows the next."""
+    grower = start_worker(ctx, "build", settings, APP)
+    steps: list[Step] = []
+    for i, size in enumerate(params.sizes):
+        began = time.monotonic()
+        feed.add(max(0, size // VALUE - feed.keys))
+        _drain(grower, feed, committed, f"the state grown to {size // MiB} MiB")
+        build_seconds = time.monotonic() - began
+        state_dir = grower.state_dir
+        began = time.monotonic()
+        stop_worker(grower, timeout=120)
+        stop_seconds = time.monotonic() - began
+        disk = _dir_bytes(state_dir)
+        launches: dict[str, Launch] = {}
+
+        clean, launches["clean stop"] = _launch(ctx, f"clean-{i}", settings, state_dir, feed)
+        killed_after = _kill_while_processing(clean, feed, params.kill_backlog)
+        killed, launches["kill -9"] = _launch(ctx, f"kill-{i}", settings, state_dir, feed)
+        _drain(killed, feed, committed, "the killed worker's backlog processed")
+        stop_worker(killed, timeout=120)
+
+        grower, launches["cold restore"] = _launch(ctx, f"cold-{i}", settings, None, feed)
+        shutil.rmtree(state_dir, ignore_errors=True)
+        steps.append(Step(disk, build_seconds, stop_seconds, killed_after, launches))
+        print(f"   {disk / MiB:,.0f} MiB: {_summary(launches)}", flush=True)
+    return steps
+
+
+def _drain(worker: WorkerProcess, feed: _Input, committed: _Committed, what: str) -> None:
+    wait_for(lambda: committed.caught_up(feed.ends), 900, what, interval=0.5, alive=[worker])
+
+
+def _launch(
+    ctx: RunContext,
+    name: str,
+    settings: dict[str, object],
+    state_dir: Path | None,
+    feed: _Input,
+) -> tuple[WorkerProcess, Launch]:
+    """Launch a worker with ``BACKLOG`` records waiting and time it (see the module doc).
+
+    Returns once all four tasks are active and running, the worker still running.
+    """
+    feed.add(BACKLOG)
+    wall = time.time()
+    launched = time.monotonic()
+    worker = start_worker(ctx, name, settings, APP, state_dir=state_dir)
+    wait_for(
+        lambda: metric_or_zero(worker, PROCESSED) > 0,
+        300,
+        f"{name}: the first record processed",
+        interval=0.02,
+        alive=[worker],
+    )
+    first_record = time.monotonic() - launched
+    wait_for(
+        lambda: (
+            metric_or_zero(worker, "worker_tasks", kind="active") == PARTITIONS and worker.ready()
+        ),
+        300,
+        f"{name}: all tasks running",
+        interval=0.05,
+        alive=[worker],
+    )
+    all_tasks = time.monotonic() - launched
+    return worker, _breakdown(worker, feed.keys, wall, first_record, all_tasks)
+
+
+def _breakdown(
+    worker: WorkerProcess, keys: int, wall: float, first_record: float, all_tasks: float
+) -> Launch:
+    events = worker.log_events()
+    if not events:
+        raise BenchmarkFailed(f"{worker.name}: no log lines")
+
+    def first(name: str, after: float = 0.0) -> float:
+        for event in events:
+            if event.get("event") == name and log_time(event) >= after:
+                return log_time(event)
+        raise BenchmarkFailed(f"{worker.name}: no {name} log line\n{worker.log_tail(30)}")
+
+    first_line = log_time(events[0])
+    joining = first("membership.joining")
+    assigned = first("membership.assigned", joining)
+    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
+    return Launch(
+        keys=keys,
+        first_record=first_record,
+        startup=first_line - wall,
+        before_join=joining - first_line,
+        join=assigned - joining,
+        after_join=worker.metric("worker_first_process_after_join_seconds"),
+        all_tasks=all_tasks,
+        restored=int(worker.metric("worker_restored_records_total")),
+        restore_seconds=max((float(e["seconds"]) for e in dones), default=0.0),
+        assignments=sum(1 for e in events if e.get("event") == "membership.assigned"),
+    )
+
+
+def _kill_while_processing(worker: WorkerProcess, feed: _Input, count: int) -> int:
+    """Feed up to ``count`` records as a stream (twenty chunks, 50 ms apart, so the worker
+    gets them over several fetches rather than in one) and SIGKILL the worker (by PID) once
+    it has processed half of them; returns how many of them it had processed. Chunks not
+    yet produced by then are never produced."""
+    before = worker.metric(PROCESSED)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            for _ in range(20):
+                feed.add(count // 20)
+                if stop.wait(0.05):
+                    return
+        except BaseException as exc:  # re-raised on the benchmark's thread below
+            failure.append(exc)
+
+    producer = threading.Thread(target=stream, name="kill-backlog", daemon=True)
+    producer.start()
+    try:
+        wait_for(
+            lambda: metric_or_zero(worker, PROCESSED) >= before + count // 2,
+            120,
+            f"{worker.name} processing the stream it is killed in",
+            interval=0.01,
+            alive=[worker],
+        )
+        processed = metric_or_zero(worker, PROCESSED) - before
+        worker.kill()
+    finally:
+        stop.set()
+        producer.join(120)
+    if failure:
+        raise failure[0]
+    return int(processed)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _summary(launches: dict[str, Launch]) -> str:
+    return ", ".join(
+        f"{case} {x.first_record:.2f}s (join {x.join:.2f}s, restored {x.restored:,})"
+        for case, x in launches.items()
+    )
+
+
+def _result(ctx: RunContext, params: Params, steps: Sequence[Step]) -> Result:
+    largest = steps[-1]
+    size = f"{largest.disk_bytes / MiB:,.0f} MiB of local state"
+    cold = largest.launches["cold restore"]
+    baseline = f"cold restore of the same state, {cold.restored:,} records"
+    rows = [
+        Row(
+            f"launch to first record after a {case}",
+            largest.launches[case].first_record,
+            f"{case}, {size}",
+            cold.first_record,
+            baseline,
+            "s",
+            Target("<", TARGET_SECONDS, "issue 8", unit="s"),
+        )
+        for case in CASES[:2]
+    ]
+    details = [
+        f"One worker of `{APP}` (4 tasks, one store each, {VALUE} B random values under"
+        " distinct keys; `commit.interval.ms=1000`, `rocksdb.memory.bytes=64 MiB`,"
+        " `num.standby.replicas=0`, `session.timeout.ms=6000`, initial standbys on by"
+        f" default). The state grows in {len(steps)} steps, built once by the worker itself."
+        " At each size three launches, each timed from `Popen` to the first processed"
+        f" record with {BACKLOG} records waiting: after a clean stop (SIGTERM) of the worker"
+        " that built the state; after kill -9 of that restarted worker while it processed a"
+        f" stream of up to {params.kill_backlog:,} records; and the baseline, a cold"
+        " restore: the same application over an empty state dir, restoring the whole"
+        " changelog (which also holds the records fed to the first two launches). The cold"
+        " worker grows the next step. The phases come from each worker's log lines:"
+        " start-up is launch to its first line (interpreter, imports, settings), stores"
+        " opened runs to `membership.joining`, the group join to `membership.assigned`, and"
+        " the rest (`worker_first_process_after_join_seconds`) is the restore and the first"
+        " fetch.",
+        _table(steps),
+        _reading(steps),
+        "Growing the state: "
+        + "; ".join(
+            f"to {s.disk_bytes / MiB:,.0f} MiB in {s.build_seconds:.0f}s (clean stop"
+            f" {s.stop_seconds:.1f}s; killed after {s.killed_after:,} records of its stream)"
+            for s in steps
+        )
+        + ".",
+    ]
+    plot = plots.restart(
+        ctx.plot_path(NAME),
+        [s.disk_bytes / MiB for s in steps],
+        {case: [s.launches[case].first_record for s in steps] for case in CASES},
+        {case: [s.launches[case].all_tasks for s in steps] for case in CASES},
+        {case: _phases(largest.launches[case]) for case in CASES},
+        TARGET_SECONDS,
+        f"{largest.disk_bytes / MiB:,.0f} MiB",
+    )
+    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot])
+
+
+def _phases(launch: Launch) -> list[tuple[str, float]]:
+    """Launch to first record in consecutive phases; the last takes the polling slack."""
+    parts = [
+        ("start-up and imports", launch.startup),
+        ("stores opened", launch.before_join),
+        ("group join", launch.join),
+    ]
+    parts.append(("restore and first fetch", launch.first_record - sum(p for _, p in parts)))
+    return parts
+
+
+def _table(steps: Sequence[Step]) -> str:
+    lines = [
+        "| local state | launch | keys in the input | launch to first record (s) | start-up (s)"
+        " | stores opened (s) | group join (s) | assignment to first record (s)"
+        " | records restored | longest restore (s) | assignments | launch to all 4 tasks"
+        " running (s) |",
+        "|---|---|" + "---:|" * 10,
+    ]
+    for step in steps:
+        for case in CASES:
+            x = step.launches[case]
+            lines.append(
+                f"| {step.disk_bytes / MiB:,.0f} MiB | {case} | {x.keys:,}"
+                f" | {x.first_record:.2f} | {x.startup:.2f} | {x.before_join:.2f}"
+                f" | {x.join:.2f} | {x.after_join:.2f} | {x.restored:,}"
+                f" | {x.restore_seconds:.2f} | {x.assignments} | {x.all_tasks:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def _reading(steps: Sequence[Step]) -> str:
+    """Where the seconds go at the largest size, against the target, and how flat it is."""
+    largest, smallest = steps[-1], steps[0]
+    at = f"{largest.disk_bytes / MiB:,.0f} MiB"
+    sizes = f"{smallest.disk_bytes / MiB:,.0f} MiB to {at}"
+    parts = []
+    for case in CASES[:2]:
+        x = largest.launches[case]
+        verdict = "under" if x.first_record < TARGET_SECONDS else "over"
+        seconds = [s.launches[case].first_record for s in steps]
+        parts.append(
+            f"After a {case}, {x.first_record:.2f}s ({verdict} the {TARGET_SECONDS:g} s"
+            f" target): {x.startup:.2f}s start-up, {x.before_join:.2f}s opening the stores"
+            f" and checking their offsets before the join, {x.join:.2f}s group join,"
+            f" {x.after_join:.2f}s from the assignment to the first record with"
+            f" {x.restored:,} records restored (the longest `restore.done`"
+            + (", with nothing to restore," if x.restored == 0 else "")
+            + f" took {x.restore_seconds:.2f}s); without the join,"
+            f" {x.first_record - x.join:.2f}s."
+            f" From {sizes} it stayed between {min(seconds):.2f}s and {max(seconds):.2f}s."
+        )
+    clean, killed, cold = (largest.launches[c] for c in CASES)
+    parts.append(
+        f"The cold restore reached its first record after {cold.first_record:.2f}s, of which"
+        f" {cold.after_join:.2f}s after the assignment: processing starts when the first"
+        " task has restored its part; the longest task restore took"
+        f" {cold.restore_seconds:.2f}s ({cold.restored:,} records in all) and all four"
+        f" tasks ran {cold.all_tasks:.2f}s after the launch (from {sizes}: "
+        + ", ".join(f"{s.launches['cold restore'].all_tasks:.2f}s" for s in steps)
+        + ")."
+    )
+    parts.append(
+        "The group join is the test broker's: a join round takes ~3 s on it whatever the"
+        f" state ({clean.join:.2f}s after the clean stop, {cold.join:.2f}s for the cold"
+        " restore; docs/platform-notes.md). After kill -9 the dead member is still in the"
+        f" group and the join took {killed.join:.2f}s: the assignment comes only after its"
+        " session (`session.timeout.ms=6000`) has expired and a join round has run."
+    )
+    return f"Reading, at {at}. " + " ".join(parts)
