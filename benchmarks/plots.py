@@ -116,6 +116,36 @@ def memory(
     return _save(fig, path)
 
 
+def memory_budget(
+    path: Path,
+    samples: Samples,
+    bound: int,
+    rocksdb_bound: int,
+    idle: float,
+    marks: Mapping[str, float],
+) -> Path:
+    """RSS over time against idle + the worker's whole configured bound, and idle + RocksDB's."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    if samples:
+        t0 = samples[0][0]
+        ax.plot([t - t0 for t, _ in samples], [v / MiB for _, v in samples], label="worker RSS")
+        for label, at in marks.items():
+            ax.axvline(at - t0, color="grey", lw=0.8, ls=":")
+            ax.text(at - t0, ax.get_ylim()[1] * 0.02, " " + label, rotation=90, fontsize=8)
+    ax.axhline(idle / MiB, color="grey", ls="-.", label="idle RSS")
+    ax.axhline((idle + bound) / MiB, color="C3", ls="--", label="idle RSS + configured bound")
+    ax.axhline(
+        (idle + rocksdb_bound) / MiB, color="C2", ls=":", label="idle RSS + rocksdb.memory.bytes"
+    )
+    ax.set_xlabel("seconds since launch")
+    ax.set_ylabel("MiB")
+    ax.set_title("Memory of one worker with 64 tasks")
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def profile(path: Path, summaries: Mapping[str, Summary]) -> Path:
     """The hottest lines of each profiled run, one panel per run."""
     plt = _pyplot()

@@ -217,6 +217,69 @@ def summarise(
     )
 
 
+@dataclass(frozen=True)
+class Category:
+    """A kind of work, recognised by the stack of a sample.
+
+    A sample belongs to the first category that claims it: ``under`` names a function
+    anywhere below ``within`` (``"TaskManager.commit"``), ``leaf_functions`` the innermost
+    frame's function, ``leaf_files`` a path suffix of the innermost frame's file, and
+    ``leaf_code`` words in the innermost line's source text (the line that was running,
+    C calls it makes included).
+    """
+
+    label: str
+    under: tuple[str, ...] = ()
+    leaf_functions: tuple[str, ...] = ()
+    leaf_files: tuple[str, ...] = ()
+    leaf_code: tuple[str, ...] = ()
+
+    def claims(self, below: list[_Frame], code: str) -> bool:
+        leaf = below[-1]
+        return (
+            any(f.function in self.under for f in below)
+            or leaf.function in self.leaf_functions
+            or any(leaf.path.endswith(suffix) for suffix in self.leaf_files)
+            or any(word in code for word in self.leaf_code)
+        )
+
+
+def breakdown(
+    raw: Path,
+    within: str,
+    categories: list[Category],
+    sources: Sources | None = None,
+    rest: str = "everything else",
+    thread: str = PROCESSING_THREAD,
+) -> list[tuple[str, float]]:
+    """The share of ``thread``'s busy samples under ``within`` in each category, in the
+    order given, then ``rest`` for the samples no category claimed.
+
+    Raises ValueError if no sample was taken under ``within``.
+    """
+    counts: Counter[str] = Counter()
+    total = 0
+    for entry in raw.read_text(errors="replace").splitlines():
+        stack, _, count_text = entry.rpartition(" ")
+        frames = stack.split(";")
+        if not count_text.isdigit() or len(frames) < 2 or thread not in frames[0]:
+            continue
+        parsed = [parse_frame(f) for f in frames[1:]]
+        start = next((i for i, f in enumerate(parsed) if f.function == within), None)
+        if start is None:
+            continue
+        below = parsed[start:]
+        count = int(count_text)
+        total += count
+        leaf = below[-1]
+        code = _source(leaf.file, leaf.line, sources or {})
+        label = next((c.label for c in categories if c.claims(below, code)), rest)
+        counts[label] += count
+    if not total:
+        raise ValueError(f"{raw}: no samples under {within!r} in thread {thread!r}")
+    return [(c.label, counts[c.label] / total) for c in categories] + [(rest, counts[rest] / total)]
+
+
 def markdown(summary: Summary, title: str) -> str:
     """The summary as a paragraph and two markdown tables (one block of the report)."""
     lines = [

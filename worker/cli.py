@@ -146,6 +146,12 @@ def config_show(config: Path | None, sets: tuple[str, ...]) -> None:
         click.echo(f"{key} = {values[key]!s}    # {loaded.sources.get(key, 'default')}")
     for key, value in sorted(loaded.settings.kafka.items()):
         click.echo(f"kafka.{key} = {value}    # {loaded.sources.get('kafka.' + key, '?')}")
+    bound = loaded.settings.memory_bound_bytes
+    click.echo(
+        f"# memory bound: {'none (statestore.uncommitted.max.bytes=-1)' if bound is None else bound}"
+        " = rocksdb.memory.bytes + 2 x statestore.uncommitted.max.bytes"
+        " + input.buffer.max.bytes + output.buffer.max.bytes"
+    )
 
 
 def settings_from(config: Path | None, sets: tuple[str, ...]) -> Settings:

@@ -27,6 +27,12 @@ _ENV_NOT_SETTINGS = {"WORKER_CONFIG", "WORKER_APP", "WORKER_STATE_DIR"}
 
 MiB = 1024 * 1024
 
+# librdkafka settings the memory budget sets, and the worker setting each derives from.
+_BUDGETED_LIBRDKAFKA = {
+    "queued.max.messages.kbytes": "input.buffer.max.bytes",
+    "queue.buffering.max.kbytes": "output.buffer.max.bytes",
+}
+
 # What happens to a record that cannot be deserialised or processed (worker.processing.handlers).
 ExceptionPolicyName = Literal["fail", "log_and_continue", "dead_letter"]
 
@@ -58,10 +64,18 @@ class Settings(BaseModel):
     statestore_checkpoint_interval_ms: int = Field(
         300000, alias="statestore.checkpoint.interval.ms", ge=0
     )
+    # The memory budget (see memory_bound_bytes): RocksDB, the uncommitted write buffers,
+    # librdkafka's prefetch queues and the producer's queue, each bounded by one setting.
     statestore_uncommitted_max_bytes: int = Field(
-        64 * MiB, alias="statestore.uncommitted.max.bytes", ge=-1
+        16 * MiB, alias="statestore.uncommitted.max.bytes", ge=-1
     )
     rocksdb_memory_bytes: int = Field(256 * MiB, alias="rocksdb.memory.bytes", ge=16 * MiB)
+    input_buffer_max_bytes: int = Field(
+        32 * MiB, alias="input.buffer.max.bytes", ge=2 * MiB, le=2 * 1024 * MiB
+    )
+    output_buffer_max_bytes: int = Field(
+        16 * MiB, alias="output.buffer.max.bytes", ge=MiB, le=2 * 1024 * MiB
+    )
     restore_batch_records: int = Field(10000, alias="restore.batch.records", ge=1, le=1_000_000)
     http_host: str = Field("127.0.0.1", alias="http.host", min_length=1)
     http_port: int = Field(8080, alias="http.port", ge=0, le=65535)
@@ -101,6 +115,52 @@ class Settings(BaseModel):
         if value == 0:
             raise ValueError("must be -1 (no bound) or a positive number of bytes")
         return value
+
+    @field_validator("kafka")
+    @classmethod
+    def _budgeted_queues(cls, value: dict[str, str]) -> dict[str, str]:
+        """The queue sizes belong to the memory budget: one setting each, not two."""
+        for key, setting in _BUDGETED_LIBRDKAFKA.items():
+            if key in value:
+                raise ValueError(f"kafka.{key} is derived from {setting}; set that instead")
+        return value
+
+    @property
+    def consumer_queue_kbytes(self) -> int:
+        """librdkafka ``queued.max.messages.kbytes`` of each of the two consumers.
+
+        The source consumer and the changelog (restore) consumer share
+        ``input.buffer.max.bytes`` half and half. librdkafka also caps a consumer's
+        ``fetch.max.bytes`` at this (but not below ``message.max.bytes``), so one fetch
+        response cannot overshoot the queue by much.
+        """
+        return self.input_buffer_max_bytes // 2 // 1024
+
+    @property
+    def producer_queue_kbytes(self) -> int:
+        """librdkafka ``queue.buffering.max.kbytes`` of the producer (changelogs and sinks)."""
+        return self.output_buffer_max_bytes // 1024
+
+    @property
+    def memory_bound_bytes(self) -> int | None:
+        """What the worker may hold on top of its idle footprint, from its settings alone.
+
+        ``rocksdb.memory.bytes`` (block cache, memtables, read caches) + twice
+        ``statestore.uncommitted.max.bytes`` (a commit holds the buffered values as Python
+        objects and again in the RocksDB write batch built from them) +
+        ``input.buffer.max.bytes`` + ``output.buffer.max.bytes``. None when the uncommitted
+        buffers are unbounded (-1). The idle footprint (interpreter, libraries, about
+        0.3 MiB per open store) comes on top; docs/operations.md explains the gap RSS
+        keeps over this sum.
+        """
+        if self.statestore_uncommitted_max_bytes < 0:
+            return None
+        return (
+            self.rocksdb_memory_bytes
+            + 2 * self.statestore_uncommitted_max_bytes
+            + self.input_buffer_max_bytes
+            + self.output_buffer_max_bytes
+        )
 
     @property
     def dead_letter_enabled(self) -> bool:
@@ -206,6 +266,11 @@ def _build(values: dict[str, Any]) -> Settings:
     passthrough: dict[str, str] = {}
     for key, value in values.items():
         if key.startswith(PASSTHROUGH_PREFIX):
+            setting = _BUDGETED_LIBRDKAFKA.get(key[len(PASSTHROUGH_PREFIX) :])
+            if setting is not None:
+                # Checked here, not only by the model, so the error names the key and
+                # never echoes the other pass-through values (passwords among them).
+                raise ConfigError(key, f"derived from {setting}; set that instead")
             passthrough[key[len(PASSTHROUGH_PREFIX) :]] = (
                 str(value).lower() if isinstance(value, bool) else str(value)
             )

@@ -243,7 +243,7 @@ class FakeDataConsumer(_FakeLogs):
 class FakeRestoreConsumer(_FakeLogs):
     """``RestoreConsumer``: reads changelogs from explicit positions, reporting their ends.
 
-    ``fetch`` returns at most ``max_records`` records, partitions in sorted order. A
+    ``fetch`` returns at most ``max_records`` messages, partitions in sorted order. A
     partition whose position reached the high watermark is reported once in
     ``end_offsets`` (again after new records arrive and are read), like librdkafka's
     partition-EOF event. ``fetches`` counts the calls.
@@ -256,16 +256,15 @@ class FakeRestoreConsumer(_FakeLogs):
 
     def fetch(self, max_records: int, timeout: float) -> FetchedBatch:
         self.fetches += 1
-        batch = FetchedBatch({}, {})
+        batch = FetchedBatch([], {})
         taken = 0
         for tp in sorted(self.positions):
             if tp in self.paused:
                 continue
             self._fetched.add(tp)
             records = self._take(tp, max_records - taken) if taken < max_records else []
-            if records:
-                batch.records[tp] = records
-                taken += len(records)
+            batch.messages += (FakeMessage(tp[0], tp[1], o, k, v) for o, k, v in records)
+            taken += len(records)
             end = self.end_offset(tp)
             if self.positions[tp] >= end and self._eof_reported.get(tp) != end:
                 batch.end_offsets[tp] = end

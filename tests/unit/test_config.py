@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.config import Settings, load, parse_assignments
+from worker.config import MiB, Settings, load, parse_assignments
 from worker.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,3 +269,51 @@ def test_max_record_bytes_is_minus_one_or_positive() -> None:
     assert load(overrides={"max.record.bytes": "-1"}, environ={}).settings.max_record_bytes == -1
     with pytest.raises(ConfigError, match="max.record.bytes"):
         load(overrides={"max.record.bytes": "0"}, environ={})
+
+
+def test_memory_bound_sums_rocksdb_twice_the_uncommitted_bound_and_the_client_buffers() -> None:
+    settings = load(environ={}).settings
+
+    assert settings.memory_bound_bytes == (256 + 2 * 16 + 32 + 16) * MiB
+    assert settings.consumer_queue_kbytes == 16 * 1024  # half the input buffer per consumer
+    assert settings.producer_queue_kbytes == 16 * 1024
+
+
+def test_memory_bound_follows_the_settings_and_is_none_without_an_uncommitted_bound() -> None:
+    sized = load(
+        overrides={
+            "rocksdb.memory.bytes": str(64 * MiB),
+            "statestore.uncommitted.max.bytes": str(8 * MiB),
+            "input.buffer.max.bytes": str(4 * MiB),
+            "output.buffer.max.bytes": str(2 * MiB),
+        },
+        environ={},
+    ).settings
+    unbounded = load(overrides={"statestore.uncommitted.max.bytes": "-1"}, environ={}).settings
+
+    assert sized.memory_bound_bytes == (64 + 16 + 4 + 2) * MiB
+    assert sized.consumer_queue_kbytes == 2048
+    assert unbounded.memory_bound_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("key", "setting"),
+    [
+        ("kafka.queued.max.messages.kbytes", "input.buffer.max.bytes"),
+        ("kafka.queue.buffering.max.kbytes", "output.buffer.max.bytes"),
+    ],
+)
+def test_librdkafka_queue_sizes_are_refused_in_favour_of_the_budget(key: str, setting: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={key: "1024", "kafka.sasl.password": "s3cret"}, environ={})
+
+    assert caught.value.key == key
+    assert setting in caught.value.message
+    assert "s3cret" not in str(caught.value)
+
+
+def test_client_buffers_below_their_minimum_are_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={"input.buffer.max.bytes": str(MiB)}, environ={})
+
+    assert caught.value.key == "input.buffer.max.bytes"

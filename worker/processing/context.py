@@ -1,17 +1,23 @@
 """What a processor sees: typed store views, record metadata and ``forward``.
 
 One context object lives per task and is reused for every record (no per-record
-allocation); the task sets the record metadata before dispatching. Processors run on
-the processing thread only; the context is not thread-safe and must not be kept.
+allocation); the task points it at the record being processed before dispatching, and
+the record's metadata (``topic``, ``offset``...) is read from that record only when a
+processor asks for it. Processors run on the processing thread only; the context is not
+thread-safe and must not be kept.
+
+This module is the per-record path of every processor call (issue 8): store access is
+one dict lookup (what a node may use is resolved once, when the graph is built), and the
+built-in serdes are called as the C functions behind them (``worker.serde.fast_*``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from worker.errors import TopologyError
-from worker.serde import Serde, SerdeError
+from worker.serde import Serde, SerdeError, fast_deserializer, fast_serializer
 
 
 class RawStore(Protocol):
@@ -24,6 +30,24 @@ class RawStore(Protocol):
     def delete(self, key: bytes) -> None: ...
 
 
+class Record(Protocol):
+    """The record being processed, as confluent-kafka's ``Message`` presents it."""
+
+    def topic(self) -> str | None: ...
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+
 class KeyValueStore:
     """A store as processors use it: Python keys and values through the store's serdes.
 
@@ -31,7 +55,19 @@ class KeyValueStore:
     together at the next commit.
     """
 
-    __slots__ = ("name", "_raw", "_kser", "_vser", "_read_only")
+    __slots__ = (
+        "name",
+        "_raw",
+        "_kser",
+        "_vser",
+        "_read_only",
+        "_encode_key",
+        "_encode_value",
+        "_decode_value",
+        "_raw_get",
+        "_raw_put",
+        "_raw_delete",
+    )
 
     def __init__(
         self, name: str, raw: RawStore, key_serde: Serde, value_serde: Serde, read_only: bool
@@ -41,29 +77,82 @@ class KeyValueStore:
         self._kser = key_serde
         self._vser = value_serde
         self._read_only = read_only
+        self._encode_key = fast_serializer(key_serde)
+        self._encode_value = fast_serializer(value_serde)
+        self._decode_value = fast_deserializer(value_serde)
+        self._raw_get = raw.get
+        self._raw_put = raw.put
+        self._raw_delete = raw.delete
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or None. Raises SerdeError for a key that encodes to nothing."""
-        data = self._raw.get(self._key(key))
-        return None if data is None else self._vser.deserialize(data)
+        # The key's encoding is written out here and in put, not called: a Python call per
+        # store access was a measurable part of the per-record cost.
+        raw_key: Any
+        if key is None:
+            raw_key = self._key_of_none()
+        else:
+            try:
+                raw_key = self._encode_key(key)
+            except Exception:
+                raw_key = self._kser.serialize(key)
+            if raw_key is None:
+                self._no_key()
+        data = self._raw_get(raw_key)
+        if data is None:
+            return None
+        try:
+            return self._decode_value(data)
+        except Exception:
+            return self._vser.deserialize(data)  # the serde's own error, or its result
 
     def put(self, key: Any, value: Any) -> None:
         """Write ``value`` for ``key``; ``None`` deletes it."""
         if value is None:
             self.delete(key)
             return
-        self._check_writable()
-        self._raw.put(self._key(key), self._vser.serialize(value))  # type: ignore[arg-type]
+        if self._read_only:
+            self._check_writable()
+        raw_key: Any
+        if key is None:
+            raw_key = self._key_of_none()
+        else:
+            try:
+                raw_key = self._encode_key(key)
+            except Exception:
+                raw_key = self._kser.serialize(key)
+            if raw_key is None:
+                self._no_key()
+        try:
+            data = self._encode_value(value)
+        except Exception:
+            data = self._vser.serialize(value)
+        self._raw_put(raw_key, data)
 
     def delete(self, key: Any) -> None:
         self._check_writable()
-        self._raw.delete(self._key(key))
+        self._raw_delete(self._key(key))
 
     def _key(self, key: Any) -> bytes:
-        data = self._kser.serialize(key)
-        if data is None:  # a None key (a null-key record): no store can hold it
-            raise SerdeError(f"store {self.name!r}: a key cannot be None")
-        return data
+        if key is None:
+            return self._key_of_none()
+        try:
+            data = self._encode_key(key)
+        except Exception:
+            data = self._kser.serialize(key)
+        if data is None:
+            self._no_key()
+        return data  # type: ignore[no-any-return]
+
+    def _key_of_none(self) -> bytes:
+        """A None key (a null-key record) as the key serde encodes it; usually nothing."""
+        data = self._kser.serialize(None)
+        if data is None:
+            self._no_key()
+        return data  # type: ignore[return-value]
+
+    def _no_key(self) -> NoReturn:
+        raise SerdeError(f"store {self.name!r}: a key cannot be None")
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -73,64 +162,129 @@ class KeyValueStore:
 Dispatch = Callable[[Any, Any], None]
 
 
+class Node:
+    """One processor or sink as the context runs it: set up once per task graph.
+
+    ``stores`` are the views the node may use (all a processor declared; none for a
+    sink), so ``ctx.store`` needs no permission check per call; ``children`` are the
+    nodes ``forward`` reaches, in the order they were added; ``call(key, value)`` runs
+    the node.
+    """
+
+    __slots__ = ("name", "stores", "children", "call")
+
+    def __init__(self, name: str, stores: Mapping[str, KeyValueStore]) -> None:
+        self.name = name
+        self.stores = dict(stores)
+        self.children: tuple[Node, ...] = ()
+        self.call: Dispatch = _unwired
+
+
+def _unwired(key: Any, value: Any) -> None:
+    raise TopologyError("node called before the task graph wired it")
+
+
 class ProcessorContext:
     """Per-task context handed to every processor call."""
 
-    __slots__ = (
-        "task_id",
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "headers",
-        "_stores",
-        "_allowed",
-        "_children",
-        "_current",
-    )
+    __slots__ = ("task_id", "_record", "_nodes", "_node")
 
-    def __init__(self, task_id: str, stores: Mapping[str, KeyValueStore]) -> None:
+    def __init__(self, task_id: str) -> None:
         self.task_id = task_id
-        self.topic = ""
-        self.partition = -1
-        self.offset = -1
-        self.timestamp = -1
-        self.headers: list[tuple[str, bytes]] | None = None
-        self._stores = dict(stores)
-        self._allowed: dict[str, frozenset[str]] = {}
-        self._children: dict[str, tuple[tuple[str, Dispatch], ...]] = {}
-        self._current = ""
+        self._record: Record = _NO_RECORD
+        self._nodes: dict[str, Node] = {}
+        self._node = Node("", {})
 
-    def wire(
-        self,
-        allowed_stores: Mapping[str, frozenset[str]],
-        children: Mapping[str, tuple[tuple[str, Dispatch], ...]],
-    ) -> None:
-        """Called once by the task graph: which stores each node may use, and its children."""
-        self._allowed = dict(allowed_stores)
-        self._children = dict(children)
+    def wire(self, nodes: Mapping[str, Node]) -> None:
+        """Called once by the task graph: every node by name, children and stores set."""
+        self._nodes = dict(nodes)
+
+    @property
+    def topic(self) -> str:
+        return self._record.topic() or ""
+
+    @property
+    def partition(self) -> int:
+        partition = self._record.partition()
+        return -1 if partition is None else partition
+
+    @property
+    def offset(self) -> int:
+        offset = self._record.offset()
+        return -1 if offset is None else offset
+
+    @property
+    def timestamp(self) -> int:
+        return self._record.timestamp()[1]
+
+    @property
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._record.headers()
 
     def store(self, name: str) -> KeyValueStore:
         """The store ``name``, if the current processor declared it."""
-        if name not in self._allowed.get(self._current, frozenset()):
-            raise TopologyError(f"processor {self._current!r} did not declare store {name!r}")
-        return self._stores[name]
+        try:
+            return self._node.stores[name]
+        except KeyError:
+            raise TopologyError(
+                f"processor {self._node.name!r} did not declare store {name!r}"
+            ) from None
 
     def forward(self, key: Any, value: Any, to: str | None = None) -> None:
         """Pass a record to the current node's children (or only to child ``to``)."""
-        current = self._current
-        found = False
-        for child_name, dispatch in self._children.get(current, ()):
-            if to is None or child_name == to:
-                found = True
-                self._current = child_name
+        node = self._node
+        if to is None:
+            for child in node.children:
+                self._node = child
                 try:
-                    dispatch(key, value)
+                    child.call(key, value)
                 finally:
-                    self._current = current
-        if to is not None and not found:
-            raise TopologyError(f"{current!r} has no child {to!r}")
+                    self._node = node
+            return
+        found = False
+        for child in node.children:
+            if child.name == to:
+                found = True
+                self._node = child
+                try:
+                    child.call(key, value)
+                finally:
+                    self._node = node
+        if not found:
+            raise TopologyError(f"{node.name!r} has no child {to!r}")
 
     def enter(self, node: str) -> None:
         """Make ``node`` the current node (used by the task graph when a record arrives)."""
-        self._current = node
+        self._node = self._nodes[node]
+
+    def set_record(self, record: Record) -> None:
+        """Point the metadata properties at the record being processed."""
+        self._record = record
+
+
+class _NoRecord:
+    """The metadata before the first record: empty topic, -1 for numbers, no headers."""
+
+    def topic(self) -> str | None:
+        return ""
+
+    def partition(self) -> int | None:
+        return -1
+
+    def offset(self) -> int | None:
+        return -1
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, -1)
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return None
+
+    def key(self) -> bytes | None:
+        return None
+
+    def value(self) -> bytes | None:
+        return None
+
+
+_NO_RECORD: Record = _NoRecord()

@@ -1,21 +1,28 @@
 """One task's instance of a sub-topology: source topic in, processors, stores, sinks out.
 
-Built once per task; the per-record path is a dict lookup by topic, a size check, two
-deserialisations and direct calls down the graph, with no allocation beyond what the
-user's code does. Bad input leaves that path only when it happens: the ``try`` around
-the deserialisation costs nothing until something raises.
+Built once per task. The per-record path (issue 8) is one closure per source, fetched
+once per run of records from one partition (:meth:`TaskGraph.runner`): a size check, the
+two deserialisations as the C functions behind the built-in serdes, and direct calls
+down the graph, with no allocation beyond what the user's code does. Record metadata is
+read from the record itself only when a processor asks for it. Bad input leaves that path
+only when it happens: the ``try`` around the deserialisation costs nothing until
+something raises.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from worker.errors import TopologyError
-from worker.processing.context import Dispatch, KeyValueStore, ProcessorContext, RawStore
+from worker.processing.context import KeyValueStore, Node, ProcessorContext, RawStore, Record
 from worker.processing.handlers import BadRecord, RecordErrorHandler
-from worker.processing.topology import ProcessorNode, SinkNode, SourceNode, Subtopology
+from worker.processing.topology import SinkNode, SourceNode, Subtopology
+from worker.serde import fast_deserializer, fast_serializer
+
+Runner = Callable[[Record], None]
 
 
 class RecordSink(Protocol):
@@ -51,40 +58,36 @@ class TaskGraph:
             )
             for spec in subtopology.stores
         }
-        self.context = ProcessorContext(task_id, views)
-        self._sources: dict[str, SourceNode] = {s.topic: s for s in subtopology.sources}
-        dispatch: dict[str, Dispatch] = {}
+        self.context = ProcessorContext(task_id)
+        nodes: dict[str, Node] = {}
+        for source in subtopology.sources:
+            nodes[source.name] = Node(source.name, {})
         for proc in subtopology.processors:
-            dispatch[proc.name] = self._processor_dispatch(proc)
+            nodes[proc.name] = node = Node(proc.name, {name: views[name] for name in proc.stores})
+            node.call = functools.partial(proc.fn, self.context)
         for sink_node in subtopology.sinks:
-            dispatch[sink_node.name] = self._sink_dispatch(sink_node, sink)
-        children = {
-            parent: tuple((name, dispatch[name]) for name in names)
-            for parent, names in subtopology.children.items()
-        }
-        allowed = {p.name: frozenset(p.stores) for p in subtopology.processors}
-        self.context.wire(allowed, children)
-        self._has_children = {s.name: s.name in children for s in subtopology.sources}
+            nodes[sink_node.name] = node = Node(sink_node.name, {})
+            node.call = self._sink_dispatch(sink_node, sink)
+        for parent, names in subtopology.children.items():
+            nodes[parent].children = tuple(nodes[name] for name in names)
+        self.context.wire(nodes)
         self._errors = errors
         bound = -1 if errors is None else errors.max_record_bytes
         self._max_bytes = sys.maxsize if bound < 0 else bound
+        self._runners: dict[str, Runner] = {
+            s.topic: self._source_runner(s, nodes[s.name]) for s in subtopology.sources
+        }
 
-    def _processor_dispatch(self, proc: ProcessorNode) -> Dispatch:
-        fn, ctx = proc.fn, self.context
+    def runner(self, topic: str) -> Runner:
+        """The function that runs one record of ``topic`` (KeyError for another topic).
 
-        def run(key: Any, value: Any) -> None:
-            fn(ctx, key, value)
-
-        return run
-
-    @staticmethod
-    def _sink_dispatch(node: SinkNode, sink: RecordSink) -> Dispatch:
-        topic, kser, vser, send = node.topic, node.key_serde, node.value_serde, sink.send
-
-        def write(key: Any, value: Any) -> None:
-            send(topic, kser.serialize(key), vser.serialize(value))
-
-        return write
+        It deserialises the record and passes it down the graph. A record over the size
+        bound, or whose key or value does not deserialise, goes to the error handler:
+        ``fail`` raises RecordFailed, the other policies skip it and return. An error
+        raised by a processor or a sink propagates unchanged: the task manager retries the
+        record and applies the processing policy.
+        """
+        return self._runners[topic]
 
     def process(
         self,
@@ -96,47 +99,124 @@ class TaskGraph:
         value: bytes | None,
         headers: Any = None,
     ) -> None:
-        """Run one input record.
+        """Run one input record given by its parts (see :meth:`runner`)."""
+        self._runners[topic](_Record(topic, partition, offset, timestamp, key, value, headers))
 
-        A record over the size bound, or whose key or value does not deserialise, goes to
-        the error handler: ``fail`` raises RecordFailed, the other policies skip it and
-        return. An error raised by a processor or a sink propagates unchanged: the task
-        manager retries the record and applies the processing policy.
-        """
-        source = self._sources[topic]
+    def _source_runner(self, source: SourceNode, node: Node) -> Runner:
         ctx = self.context
-        ctx.topic, ctx.partition, ctx.offset, ctx.timestamp, ctx.headers = (
-            topic,
-            partition,
-            offset,
-            timestamp,
-            headers,
-        )
-        if (len(key) if key else 0) + (len(value) if value else 0) > self._max_bytes:
-            bad = BadRecord(topic, partition, offset, timestamp, key, value, headers)
-            self._errors.too_large(bad)  # type: ignore[union-attr]
-            return
-        if source.table_store is not None:
-            if key is None:
-                return  # a table cannot hold a null key; Kafka Streams drops these records
-            self._upsert(source, key, value)
-            if not self._has_children[source.name]:
-                return
-        try:
-            key_obj = source.key_serde.deserialize(key)
-            value_obj = source.value_serde.deserialize(value)
-        except Exception as exc:
-            if self._errors is None:
-                raise
-            bad = BadRecord(topic, partition, offset, timestamp, key, value, headers)
-            self._errors.deserialization_failed(bad, exc)
-            return
-        ctx.enter(source.name)
-        ctx.forward(key_obj, value_obj)
+        errors = self._errors
+        max_bytes = self._max_bytes
+        kser, vser = source.key_serde, source.value_serde
+        decode_key, decode_value = fast_deserializer(kser), fast_deserializer(vser)
+        children = node.children
+        table = None if source.table_store is None else self._raw[source.table_store]
 
-    def _upsert(self, source: SourceNode, key: bytes, value: bytes | None) -> None:
-        store = self._raw[source.table_store]  # type: ignore[index]
-        if value is None:
-            store.delete(key)
-        else:
-            store.put(key, value)
+        def run(record: Record) -> None:
+            ctx._record = record
+            key = record.key()
+            value = record.value()
+            if (len(key) if key else 0) + (len(value) if value else 0) > max_bytes:
+                errors.too_large(_bad(record))  # type: ignore[union-attr]
+                return
+            if table is not None:
+                if key is None:
+                    return  # a table cannot hold a null key; Kafka Streams drops these records
+                if value is None:
+                    table.delete(key)
+                else:
+                    table.put(key, value)
+                if not children:
+                    return
+            try:
+                key_obj = decode_key(key) if key is not None else kser.deserialize(None)
+                value_obj = decode_value(value) if value is not None else vser.deserialize(None)
+            except Exception:
+                # The serdes themselves: their own error for the handler (or their result,
+                # should the C function be stricter than the serde).
+                try:
+                    key_obj = kser.deserialize(key)
+                    value_obj = vser.deserialize(value)
+                except Exception as exc:
+                    if errors is None:
+                        raise
+                    errors.deserialization_failed(_bad(record), exc)
+                    return
+            for child in children:
+                ctx._node = child
+                child.call(key_obj, value_obj)
+
+        return run
+
+    @staticmethod
+    def _sink_dispatch(node: SinkNode, sink: RecordSink) -> Callable[[Any, Any], None]:
+        topic, kser, vser, send = node.topic, node.key_serde, node.value_serde, sink.send
+        encode_key, encode_value = fast_serializer(kser), fast_serializer(vser)
+
+        def write(key: Any, value: Any) -> None:
+            try:
+                key_bytes = encode_key(key) if key is not None else kser.serialize(None)
+                value_bytes = encode_value(value) if value is not None else vser.serialize(None)
+            except Exception:
+                key_bytes = kser.serialize(key)
+                value_bytes = vser.serialize(value)
+            send(topic, key_bytes, value_bytes)
+
+        return write
+
+
+def _bad(record: Record) -> BadRecord:
+    """The record as the error handler reports it (built only on error paths)."""
+    return BadRecord(
+        record.topic() or "",
+        record.partition() or 0,
+        record.offset() or 0,
+        record.timestamp()[1],
+        record.key(),
+        record.value(),
+        record.headers(),
+    )
+
+
+class _Record:
+    """A record given by its parts, with the methods of confluent-kafka's ``Message``."""
+
+    __slots__ = ("_topic", "_partition", "_offset", "_timestamp", "_key", "_value", "_headers")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._timestamp = timestamp
+        self._key = key
+        self._value = value
+        self._headers = headers
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)  # (TIMESTAMP_CREATE_TIME, ms)
+
+    def headers(self) -> Any:
+        return self._headers
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value

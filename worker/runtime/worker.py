@@ -146,6 +146,7 @@ class Worker:
                 http_port=self.http.port,
                 endpoint=self._routing.endpoint,
                 application_id=settings.application_id,
+                memory_bound_bytes=settings.memory_bound_bytes,
             )
             try:
                 return self._run_with_clients(state_dir)

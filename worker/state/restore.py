@@ -21,13 +21,15 @@ group heartbeats and commits of running tasks continue while other tasks restore
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker.assignment.task_id import TaskId
 from worker.clock import Clock, SystemClock
 from worker.kafka.clients import RestoreConsumer
 from worker.observability import Metrics, get_logger
-from worker.state.store import Store
+from worker.state.store import RestoreBatch, Store
 from worker.tasks.task import Task
 
 TP = tuple[str, int]
@@ -42,6 +44,21 @@ class _Changelog:
     applied: int = 0
     at_end: bool = False
     end: int | None = None  # the last end (high watermark) seen for this partition
+
+
+@dataclass(slots=True)
+class _Run:
+    """One changelog partition's records within a fetched batch."""
+
+    changelog: _Changelog | None  # None: no longer registered, the records are dropped
+    batch: RestoreBatch | None
+    put: Callable[[bytes, bytes], None]
+    delete: Callable[[bytes], None]
+    last: int = -1  # offset of the run's last message, null keys included
+
+
+def _ignore(*_args: Any) -> None:
+    """Stands in for ``put``/``delete`` of a changelog that is no longer registered."""
 
 
 @dataclass
@@ -109,10 +126,8 @@ class ChangelogReader:
             return []
         self._prioritise_actives()
         batch = self._consumer.fetch(self._batch, timeout)
-        for tp, records in batch.records.items():
-            changelog = self._changelogs.get(tp)
-            if changelog is not None:
-                self._apply(tp, changelog, records)
+        if batch.messages:
+            self._apply(batch.messages)
         for tp, end in batch.end_offsets.items():
             changelog = self._changelogs.get(tp)
             if changelog is not None:
@@ -152,22 +167,63 @@ class ChangelogReader:
             self._consumer.resume(standby)
         self._standbys_paused = pause
 
-    def _apply(
-        self, tp: TP, changelog: _Changelog, records: list[tuple[int, bytes | None, bytes | None]]
-    ) -> None:
-        # Null keys cannot address a store entry; Kafka Streams skips them too.
-        pairs = [(key, value) for _, key, value in records if key is not None]
-        last = records[-1][0]
-        changelog.store.apply_restored(pairs, {tp: last})
+    def _apply(self, messages: list[Any]) -> None:
+        """Write fetched changelog messages into their stores, one atomic batch per store.
+
+        This is restore's per-record path, kept to a few calls per record: each message
+        goes straight into its store's write batch. librdkafka hands over the messages of
+        one partition in runs (a fetched message set is queued whole), so the store is
+        looked up once per run, not once per record. Null keys cannot address a store
+        entry (Kafka Streams skips them too); their offsets still count.
+        """
+        runs: dict[TP, _Run] = {}
+        run: _Run | None = None
+        topic: str | None = None
+        partition = -1
+        put = delete = _ignore
+        last: Any = None
+        for msg in messages:
+            if msg.partition() != partition or msg.topic() != topic:
+                if run is not None:
+                    run.last = last.offset()
+                topic, partition = msg.topic(), msg.partition()
+                run = runs.get((topic, partition))
+                if run is None:
+                    run = runs[(topic, partition)] = self._run_for((topic, partition))
+                put, delete = run.put, run.delete
+            last = msg
+            key = msg.key()
+            if key is not None:
+                value = msg.value()
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
+        if run is not None:
+            run.last = last.offset()
+        for tp, run in runs.items():
+            if run.changelog is not None and run.batch is not None:
+                self._write(tp, run.changelog, run.batch, run.last)
+
+    def _run_for(self, tp: TP) -> _Run:
+        changelog = self._changelogs.get(tp)
+        if changelog is None:  # unregistered since the fetch: its records are dropped
+            return _Run(None, None, _ignore, _ignore)
+        batch = changelog.store.restore_batch()
+        return _Run(changelog, batch, batch.put, batch.delete)
+
+    def _write(self, tp: TP, changelog: _Changelog, batch: RestoreBatch, last: int) -> None:
+        applied = batch.len()
+        changelog.store.write_restored(batch, {tp: last})
         changelog.position = last + 1
-        changelog.applied += len(pairs)
+        changelog.applied += applied
         changelog.at_end = False
         counter = (
             self._metrics.standby_updated_records
             if changelog.standby
             else self._metrics.restored_records
         )
-        counter.labels(task=str(changelog.task.id), store=changelog.store.name).inc(len(pairs))
+        counter.labels(task=str(changelog.task.id), store=changelog.store.name).inc(applied)
 
     def _publish_lags(self) -> None:
         for task_id, entry in self._tasks.items():
@@ -184,7 +240,7 @@ class ChangelogReader:
             logs = [self._changelogs[tp] for tp in entry.partitions]
             if all(c.at_end for c in logs):
                 for changelog in logs:
-                    changelog.store.flush()
+                    changelog.store.flush_in_background()
                 self.unregister(entry.task)
                 entry.task.log.info(
                     "restore.done",

@@ -11,7 +11,11 @@ opened with :meth:`RocksDBEnv.options` shares:
   *charged to that same cache* (``new_write_buffer_manager_with_cache``): the cache evicts
   blocks to make room for memtables, and when all memtables together pass the limit
   RocksDB flushes the largest one early. Memtables + cached blocks stay near
-  ``memory_bytes`` however many stores are open.
+  ``memory_bytes`` however many stores are open;
+* an eighth of the bound, taken from the block cache, for the stores' own read caches
+  (``Store.get`` keeps recently read committed values as Python bytes: a RocksDB point
+  read through rocksdict costs about 1 us, a dict lookup 50 ns, and processors read the
+  same keys over and over). Each open store may hold ``read_cache_share`` bytes of it.
 
 One limit of RocksDB to know: the manager only flushes the database that is being written
 when the budget is exceeded. A store that stops receiving writes keeps its memtable until
@@ -22,10 +26,13 @@ checkpointing). What remains per open store is fixed overhead outside the cache,
 0.3 MiB and 7 file descriptors (measured: 300 empty stores, rocksdict 0.3.29).
 
 Thread-safety: the cache and the manager are thread-safe in RocksDB; ``options()`` builds
-a fresh ``Options`` object each call and may be called from any thread.
+a fresh ``Options`` object each call and may be called from any thread, and so may
+``store_opened``/``store_closed``.
 """
 
 from __future__ import annotations
+
+import threading
 
 import rocksdict
 
@@ -49,9 +56,11 @@ class RocksDBEnv:
         write_buffer_size: memtable size of one store before it is flushed (capped so a
             single store can never take the whole write buffer budget).
         max_open_files: SST files one store keeps open; bounds file descriptors per store.
+        read_cache_ratio: share of the bound for the stores' read caches (taken from the
+            block cache).
 
     Raises:
-        ValueError: ``memory_bytes`` below 4 MiB or a ratio outside (0, 1).
+        ValueError: ``memory_bytes`` below 4 MiB, or a ratio out of its range.
     """
 
     def __init__(
@@ -61,12 +70,20 @@ class RocksDBEnv:
         write_buffer_ratio: float = 0.25,
         write_buffer_size: int = 8 * MiB,
         max_open_files: int = 64,
+        read_cache_ratio: float = 0.125,
     ) -> None:
         if memory_bytes < _MIN_MEMORY:
             raise ValueError(f"RocksDB memory bound must be at least {_MIN_MEMORY} bytes")
         if not 0 < write_buffer_ratio < 1:
             raise ValueError("write_buffer_ratio must be between 0 and 1")
+        if not 0 <= read_cache_ratio < 1:
+            raise ValueError("read_cache_ratio must be at least 0 and below 1")
         self.memory_bytes = memory_bytes
+        self.read_cache_bytes = int(memory_bytes * read_cache_ratio)
+        # What one open store's read cache may hold: the budget split over the open stores.
+        self.read_cache_share = self.read_cache_bytes
+        self._open_stores = 0
+        self._stores_lock = threading.Lock()
         self.write_buffer_bytes = int(memory_bytes * write_buffer_ratio)
         # Half the manager's budget at most, so at least two stores can fill memtables
         # before the manager has to force flushes.
@@ -74,7 +91,7 @@ class RocksDBEnv:
             256 * 1024, min(write_buffer_size, self.write_buffer_bytes // 2)
         )
         self.max_open_files = max_open_files
-        self._cache = rocksdict.Cache(memory_bytes)
+        self._cache = rocksdict.Cache(memory_bytes - self.read_cache_bytes)
         # allow_stall=False: over the limit RocksDB flushes instead of blocking writers;
         # a stalled commit would stall the processing loop with it.
         self._write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
@@ -106,6 +123,18 @@ class RocksDBEnv:
         options = self._base_options()
         options.set_write_buffer_size(_OFFSETS_WRITE_BUFFER)
         return options
+
+    def store_opened(self) -> None:
+        """A store opened: the read cache budget is split over one more store."""
+        self._count_stores(1)
+
+    def store_closed(self) -> None:
+        self._count_stores(-1)
+
+    def _count_stores(self, change: int) -> None:
+        with self._stores_lock:
+            self._open_stores = max(0, self._open_stores + change)
+            self.read_cache_share = self.read_cache_bytes // max(1, self._open_stores)
 
     def cache_usage_bytes(self) -> int:
         """Bytes held by the shared cache, memtable reservations included (for metrics)."""

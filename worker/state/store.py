@@ -30,10 +30,10 @@ import shutil
 import struct
 import threading
 import weakref
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import NoReturn
+from typing import NoReturn, Protocol, cast
 
 import rocksdict
 
@@ -46,9 +46,25 @@ OFFSETS_FAMILY = "offsets"
 _FORMAT_KEY = b"format_version"
 _FLUSH_DIR = ".atomic-flush"  # scratch checkpoint used to flush both families at once
 _INT64 = struct.Struct(">q")
+_ABSENT = object()  # a key not in the write buffer (None there means a buffered delete)
+# What one read-cache entry costs beyond its key and value: two bytes objects' headers
+# and a dict slot.
+_CACHE_ENTRY_BYTES = 112
 _Records = Generator[tuple[bytes, bytes], None, None]
 
 _log = get_logger(component="store")
+
+
+class RestoreBatch(Protocol):
+    """Restored records being gathered for one atomic write (see ``Store.restore_batch``)."""
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def len(self) -> int: ...
+
+    def is_empty(self) -> bool: ...
 
 
 class StoreError(FatalError):
@@ -120,12 +136,22 @@ class Store:
     """
 
     def __init__(
-        self, db: rocksdict.Rdict, path: Path, name: str, offsets: dict[tuple[str, int], int]
+        self,
+        db: rocksdict.Rdict,
+        path: Path,
+        name: str,
+        offsets: dict[tuple[str, int], int],
+        env: RocksDBEnv,
     ) -> None:
         """Use :meth:`open`."""
         self.name = name
         self.path = path
         self._db: rocksdict.Rdict | None = db
+        self._env = env
+        # Committed values read lately (None: absent), owner thread only. Invariant: each
+        # entry equals what RocksDB holds; commits update it, restored batches clear it.
+        self._cache: dict[bytes, bytes | None] = {}
+        self._cache_bytes = 0
         self._offsets_family: rocksdict.ColumnFamily | None = db.get_column_family_handle(
             OFFSETS_FAMILY
         )
@@ -160,11 +186,13 @@ class Store:
             db = rocksdict.Rdict(str(path), env.options(), column_families=families)
         try:
             offsets = _load_metadata(db, path, existed)
-            return cls(db, path, name, offsets)
+            store = cls(db, path, name, offsets, env)
         except BaseException:
             with contextlib.suppress(Exception):
                 db.close()
             raise
+        env.store_opened()
+        return store
 
     @property
     def closed(self) -> bool:
@@ -180,6 +208,7 @@ class Store:
         if db is None:
             return
         self.discard_pending()
+        self._forget_cached()
         first_error: BaseException | None = None
         try:
             for iterator in list(self._iterators):
@@ -190,6 +219,7 @@ class Store:
             with self._close_lock:  # waits for a read in progress on another thread
                 self._db = None
                 self._offsets_family = None
+                self._env.store_closed()
                 with _rocksdb_errors(self.path):
                     db.close()
         except Exception:
@@ -200,29 +230,79 @@ class Store:
             raise first_error
 
     def put(self, key: bytes, value: bytes) -> None:
-        """Buffer ``key = value`` until the next commit."""
+        """Buffer ``key = value`` until the next commit.
+
+        Called once per record or more (issue 8): one buffer lookup, sizes kept inline.
+        """
         if type(value) is not bytes:
             raise TypeError(f"store values must be bytes, got {type(value).__name__}")
-        self._stage(key, value)
+        if type(key) is not bytes:
+            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
+        if self._db is None:
+            raise StoreClosedError(f"store {self.path} is closed")
+        buffer = self._buffer
+        old = buffer.get(key, _ABSENT)
+        buffer[key] = value
+        if old is _ABSENT:
+            self._pending_bytes += len(key) + len(value)
+        else:
+            self._pending_bytes += len(value) - (0 if old is None else len(old))  # type: ignore[arg-type]
 
     def delete(self, key: bytes) -> None:
         """Buffer a delete of ``key`` until the next commit."""
-        self._stage(key, None)
-
-    def _stage(self, key: bytes, value: bytes | None) -> None:
         if type(key) is not bytes:
             raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
-        self._require_open()
-        if key in self._buffer:
-            self._pending_bytes -= _entry_size(key, self._buffer[key])
-        self._buffer[key] = value
-        self._pending_bytes += _entry_size(key, value)
+        if self._db is None:
+            raise StoreClosedError(f"store {self.path} is closed")
+        buffer = self._buffer
+        old = buffer.get(key, _ABSENT)
+        buffer[key] = None
+        if old is _ABSENT:
+            self._pending_bytes += len(key)
+        elif old is not None:
+            self._pending_bytes -= len(old)  # type: ignore[arg-type]
 
     def get(self, key: bytes) -> bytes | None:
-        """The value as this task sees it: buffered writes first, then RocksDB."""
-        if key in self._buffer:
-            return self._buffer[key]
-        return self._read_committed(key)
+        """The value as this task sees it: buffered writes first, then RocksDB.
+
+        Committed values read once are kept in the store's read cache (within its share
+        of ``RocksDBEnv.read_cache_bytes``), so a key read again costs a dict lookup, not
+        a RocksDB point read.
+        """
+        value = self._buffer.get(key, _ABSENT)
+        if value is _ABSENT:
+            value = self._cache.get(key, _ABSENT)
+            if value is _ABSENT:
+                value = self._read_committed(key)
+                self._remember(key, value)  # type: ignore[arg-type]
+        return value  # type: ignore[return-value]
+
+    def _remember(self, key: bytes, value: bytes | None) -> None:
+        size = len(key) + (0 if value is None else len(value)) + _CACHE_ENTRY_BYTES
+        share = self._env.read_cache_share
+        if size > share:
+            return
+        used = self._cache_bytes + size
+        if used > share:  # full: start again (cheaper per read than keeping an LRU order)
+            self._cache.clear()
+            used = size
+        self._cache[key] = value
+        self._cache_bytes = used
+
+    def _cache_committed(self) -> None:
+        """The buffer was just committed: its values are RocksDB's now, keep them."""
+        added = self._pending_bytes + len(self._buffer) * _CACHE_ENTRY_BYTES
+        share = self._env.read_cache_share
+        if self._cache_bytes + added > share:
+            self._forget_cached()
+            if added > share:
+                return
+        self._cache.update(self._buffer)
+        self._cache_bytes += added
+
+    def _forget_cached(self) -> None:
+        self._cache.clear()
+        self._cache_bytes = 0
 
     def pending(self) -> Mapping[bytes, bytes | None]:
         """Read-only live view of the buffer (``None`` = delete)."""
@@ -232,6 +312,11 @@ class Store:
     def pending_bytes(self) -> int:
         """Approximate bytes buffered (keys + values), kept up to date in O(1) per write."""
         return self._pending_bytes
+
+    @property
+    def read_cache_bytes(self) -> int:
+        """Approximate bytes the read cache holds (within ``RocksDBEnv.read_cache_share``)."""
+        return self._cache_bytes
 
     def discard_pending(self) -> None:
         """Forget every buffered write (dirty close, revive after a failed commit)."""
@@ -258,30 +343,55 @@ class Store:
         if not self._buffer and not changed:
             return
         self._write(self._buffer.items(), changed, self._wal_on)
+        self._cache_committed()
         self.discard_pending()
 
-    def apply_restored(
-        self, records: Sequence[tuple[bytes, bytes | None]], offsets: Mapping[tuple[str, int], int]
-    ) -> None:
-        """Apply one batch of changelog records (``None`` = delete) with their new offsets.
+    def restore_batch(self) -> RestoreBatch:
+        """An empty batch of restored records for :meth:`write_restored`.
 
-        One WriteBatch, written with the WAL on like a commit, so restore progress
-        survives a process crash batch by batch: a restart resumes after the last batch
-        written instead of at the start of the changelog. (With the WAL off, a kill -9
-        lost every batch still in the memtable: consistent, but the progress was gone.)
+        The restore path calls its ``put(key, value)`` and ``delete(key)`` once per
+        changelog record, straight into a RocksDB write batch: no intermediate list.
+        """
+        return rocksdict.WriteBatch(raw_mode=True)  # type: ignore[no-any-return]
+
+    def write_restored(self, batch: RestoreBatch, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Write one batch of changelog records (from :meth:`restore_batch`) with their new
+        offsets, in one atomic RocksDB write.
+
+        Written with the WAL on like a commit, so restore progress survives a process
+        crash batch by batch: a restart resumes after the last batch written instead of at
+        the start of the changelog. (With the WAL off, a kill -9 lost every batch still in
+        the memtable: consistent, but the progress was gone.)
 
         Raises:
             StoreError: writes are buffered; restoring under them would reorder history.
         """
-        self._require_open()
+        db = self._require_open()
         if self._buffer:
             raise StoreError(
                 f"store {self.path}: {len(self._buffer)} uncommitted writes buffered during restore"
             )
         changed = self._changed(offsets)
-        if not records and not changed:
+        if batch.is_empty() and not changed:
             return
-        self._write(records, changed, self._wal_on)
+        writes = cast(rocksdict.WriteBatch, batch)
+        self._put_offsets(writes, changed)
+        with _rocksdb_errors(self.path):
+            db.write(writes, self._wal_on)
+        self._offsets.update(changed)
+        self._forget_cached()  # the batch's keys are not listed anywhere else
+
+    def apply_restored(
+        self, records: Iterable[tuple[bytes, bytes | None]], offsets: Mapping[tuple[str, int], int]
+    ) -> None:
+        """:meth:`write_restored` for records at hand as (key, value) pairs (``None`` = delete)."""
+        batch = self.restore_batch()
+        for key, value in records:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self.write_restored(batch, offsets)
 
     def flush(self) -> None:
         """Flush the memtables of both column families to disk in one atomic flush.
@@ -290,6 +400,17 @@ class Store:
         stores that are being written, so an idle store keeps its memtable until flushed.
         """
         self._atomic_flush(self._require_open())
+
+    def flush_in_background(self) -> None:
+        """Start flushing the data family's memtable and return without waiting.
+
+        For a store that just finished restoring: its memtable is released without holding
+        up the task that waits to process. Flushing the data family alone is safe because
+        every write went through the WAL: a crash at any point recovers the rest from it.
+        """
+        db = self._require_open()
+        with _rocksdb_errors(self.path):
+            db.flush(wait=False)
 
     def _changed(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         for (topic, partition), offset in offsets.items():
@@ -311,11 +432,16 @@ class Store:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        for (topic, partition), offset in offsets.items():
-            batch.put(f"{topic} {partition}".encode(), _INT64.pack(offset), self._offsets_family)
+        self._put_offsets(batch, offsets)
         with _rocksdb_errors(self.path):
             db.write(batch, options)
         self._offsets.update(offsets)
+
+    def _put_offsets(
+        self, batch: rocksdict.WriteBatch, offsets: Mapping[tuple[str, int], int]
+    ) -> None:
+        for (topic, partition), offset in offsets.items():
+            batch.put(f"{topic} {partition}".encode(), _INT64.pack(offset), self._offsets_family)
 
     def _atomic_flush(self, db: rocksdict.Rdict) -> None:
         _remove_scratch(self.path)
@@ -369,10 +495,6 @@ class Store:
         if self._db is None:
             raise StoreClosedError(f"store {self.path} is closed")
         return self._db
-
-
-def _entry_size(key: bytes, value: bytes | None) -> int:
-    return len(key) + (len(value) if value is not None else 0)
 
 
 def _remove_scratch(path: Path) -> None:

@@ -449,3 +449,78 @@ def test_stores_under_one_env_share_its_block_cache(tmp_path: Path) -> None:
 def test_env_rejects_a_memory_bound_too_small_to_work() -> None:
     with pytest.raises(ValueError):
         RocksDBEnv(1024)
+
+
+# -- the read cache ----------------------------------------------------------------------
+
+
+def test_a_value_read_before_a_commit_reads_as_committed_after_it(store: Store) -> None:
+    store.put(b"a", b"1")
+    store.put(b"b", b"1")
+    store.commit({T0: 1})
+    assert (store.get(b"a"), store.get(b"b"), store.get(b"new")) == (b"1", b"1", None)
+
+    store.put(b"a", b"2")
+    store.delete(b"b")
+    store.put(b"new", b"3")
+    store.commit({T0: 2})
+
+    assert (store.get(b"a"), store.get(b"b"), store.get(b"new")) == (b"2", None, b"3")
+    store.put(b"a", b"uncommitted")
+    store.discard_pending()
+    assert store.get(b"a") == b"2"
+
+
+def test_a_failed_commit_leaves_reads_at_the_committed_values(store: Store) -> None:
+    store.put(b"a", b"1")
+    store.commit({T0: 1})
+    assert store.get(b"a") == b"1"
+
+    store.put(b"a", b"2")
+    with pytest.raises(ValueError):
+        store.commit({T0: -5})  # refused before anything is written
+    store.discard_pending()
+
+    assert store.get(b"a") == b"1"
+
+
+def test_restored_records_replace_values_read_before_them(store: Store) -> None:
+    store.put(b"a", b"1")
+    store.commit({T0: 1})
+    assert (store.get(b"a"), store.get(b"b")) == (b"1", None)
+
+    store.apply_restored([(b"a", None), (b"b", b"2")], {T0: 3})
+
+    assert (store.get(b"a"), store.get(b"b")) == (None, b"2")
+
+
+def test_the_read_cache_stays_within_the_stores_share_of_the_bound(tmp_path: Path) -> None:
+    env = RocksDBEnv(4 * MiB, read_cache_ratio=0.125)  # 512 KiB for read caches
+    one = Store.open(tmp_path / "one", env, "one")
+    two = Store.open(tmp_path / "two", env, "two")
+    try:
+        assert env.read_cache_share == env.read_cache_bytes // 2
+        values = {b"key-%05d" % i: b"%05d" % i * 20 for i in range(5000)}  # ~0.5 MiB
+        for key, value in values.items():
+            one.put(key, value)
+        one.commit({T0: 1})
+        one.flush()
+
+        read = {key: one.get(key) for key in values}
+
+        assert read == values
+        assert 0 < one.read_cache_bytes <= env.read_cache_share
+    finally:
+        two.close()
+        one.close()
+    assert env.read_cache_share == env.read_cache_bytes
+
+
+def test_interactive_reads_see_committed_data_only_whatever_the_owner_reads(store: Store) -> None:
+    store.put(b"a", b"1")
+    store.commit({T0: 1})
+    store.get(b"a")
+    store.put(b"a", b"2")
+
+    assert store.get_committed(b"a") == b"1"
+    assert store.get(b"a") == b"2"

@@ -5,12 +5,15 @@ A real task with real stores on ``tmp_path``, restored from the fake restore con
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pytest
 
 from tests.fakes import FakeRestoreConsumer
 from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
+from worker.assignment.task_id import TaskId
+from worker.kafka.clients import FetchedBatch
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader
@@ -75,6 +78,63 @@ def test_each_batch_is_applied_with_its_last_offset_per_changelog(
     assert task.stores[COUNTS].committed_offsets() == {CL: 4}
     assert committed(task, LABELS) == {b"a": b'"red"'}
     assert task.stores[LABELS].committed_offsets() == {LB: 0}
+
+
+def test_interleaved_changelog_records_reach_their_own_stores(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"), (b"b", b"2"), (b"a", b"3"))
+    write(changelogs, LB, (b"a", b'"red"'), (b"b", b'"blue"'))
+    fetch = changelogs.fetch
+
+    def interleaved(max_records: int, timeout: float) -> FetchedBatch:
+        """As librdkafka may hand them over: runs of each partition, alternating."""
+        batch = fetch(max_records, timeout)
+        by_tp = [[m for m in batch.messages if (m.topic(), m.partition()) == tp] for tp in (CL, LB)]
+        mixed = [m for pair in itertools.zip_longest(*by_tp) for m in pair if m is not None]
+        return FetchedBatch(mixed, batch.end_offsets)
+
+    changelogs.fetch = interleaved  # type: ignore[method-assign]
+    reader = reader_for(changelogs, metrics, batch=100)
+    reader.register(task)
+
+    assert restore_all(reader) == [[task]]
+    assert committed(task, COUNTS) == {b"a": b"3", b"b": b"2"}
+    assert committed(task, LABELS) == {b"a": b'"red"', b"b": b'"blue"'}
+    assert task.stores[COUNTS].committed_offsets() == {CL: 2}
+    assert task.stores[LABELS].committed_offsets() == {LB: 1}
+
+
+def test_records_of_a_changelog_unregistered_since_the_fetch_are_dropped(
+    task: Task,
+    ctx: TaskContext,
+    topology: BuiltTopology,
+    changelogs: FakeRestoreConsumer,
+    metrics: Metrics,
+) -> None:
+    other = Task(TaskId(0, 2), TaskRole.ACTIVE, topology.subtopologies[0], ctx)
+    other.open()
+    try:
+        write(changelogs, CL, (b"a", b"1"))
+        write(changelogs, (COUNTS_CHANGELOG, 2), (b"z", b"9"))
+        reader = reader_for(changelogs, metrics, batch=100)
+        reader.register(task)
+        reader.register(other)
+        fetch = changelogs.fetch
+
+        def unregistering(max_records: int, timeout: float) -> FetchedBatch:
+            batch = fetch(max_records, timeout)
+            reader.unregister(other)  # closed between the fetch and the write
+            return batch
+
+        changelogs.fetch = unregistering  # type: ignore[method-assign]
+        reader.step(0.0)
+
+        assert committed(task, COUNTS) == {b"a": b"1"}
+        assert committed(other, COUNTS) == {}
+        assert other.stores[COUNTS].committed_offsets() == {}
+    finally:
+        other.close(clean=False)
 
 
 def test_null_keys_are_skipped_but_their_offsets_still_count(

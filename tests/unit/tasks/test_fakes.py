@@ -16,6 +16,7 @@ from tests.fakes import (
     FakeCollector,
     FakeCommitter,
     FakeDataConsumer,
+    FakeMessage,
     FakeRestoreConsumer,
 )
 from worker.kafka.clients import DataConsumer, FetchedBatch, RecordCollector, RestoreConsumer
@@ -76,5 +77,5 @@ def test_the_fake_restore_consumer_returns_fetched_batches() -> None:
     batch = consumer.fetch(10, 0.0)
 
     assert isinstance(batch, FetchedBatch)
-    assert batch == FetchedBatch({("log", 0): [(0, b"k", b"v")]}, {("log", 0): 1})
-    assert consumer.fetch(10, 0.0) == FetchedBatch({}, {})
+    assert batch == FetchedBatch([FakeMessage("log", 0, 0, b"k", b"v")], {("log", 0): 1})
+    assert consumer.fetch(10, 0.0) == FetchedBatch([], {})

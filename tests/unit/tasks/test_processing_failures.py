@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import FakeMessage
 from tests.unit.tasks.conftest import (
     APP,
     CHECKPOINT_INTERVAL_S,
@@ -218,6 +219,28 @@ def test_under_at_least_once_only_the_failing_task_is_revived(
     assert t0.state is TaskState.RUNNING and dict(t0.stores[COUNTS].pending()) == {b"a": b"1"}
     assert t1.state is TaskState.RESTORING
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 1
+
+
+def test_a_failure_drops_the_rest_of_its_tasks_batch_but_not_the_other_tasks_records(
+    harness: Harness, poison: Poison
+) -> None:
+    t0, t1 = start(harness, T00, T01)
+    poison.raise_on[9] = 1
+    value = lambda n: JSON.serialize({"n": n})  # noqa: E731
+    batch = [
+        FakeMessage(EVENTS, 0, 0, b"a", value(1)),
+        FakeMessage(EVENTS, 1, 0, b"b", value(2)),
+        FakeMessage(EVENTS, 1, 1, b"b", value(9)),
+        FakeMessage(EVENTS, 1, 2, b"b", value(3)),
+        FakeMessage(EVENTS, 0, 1, b"a", value(4)),
+    ]
+
+    assert harness.manager.process(batch) == 3
+
+    assert poison.calls == [1, 2, 9, 4], "the failed task's later records were dropped"
+    assert t1.state is TaskState.RESTORING
+    assert dict(t0.stores[COUNTS].pending()) == {b"a": b"2"}
+    assert t0.source_offsets_to_commit() == {(EVENTS, 0): 2}
 
 
 class AbortingProtocol:

@@ -254,6 +254,29 @@ def test_records_are_routed_to_their_task_and_counted(harness: Harness) -> None:
     assert harness.metric("worker_processed_records_total") == 3
 
 
+def test_interleaved_runs_of_partitions_commit_each_partitions_last_offset(
+    harness: Harness,
+) -> None:
+    t0, t1 = running(harness, T00, T01)
+    batch = [
+        FakeMessage(EVENTS, 0, 0, b"a", b"{}"),
+        FakeMessage(EVENTS, 1, 0, b"a", b"{}"),
+        FakeMessage(EVENTS, 1, 1, b"b", b"{}"),
+        FakeMessage(EVENTS, 0, 1, b"a", b"{}"),
+        FakeMessage(LABELS, 1, 0, b"a", encode("red")),
+        FakeMessage(EVENTS, 0, 2, b"c", b"{}"),
+        FakeMessage(EVENTS, 1, 2, b"b", b"{}"),
+    ]
+
+    assert harness.manager.process(batch) == 7
+    assert harness.manager.commit()
+
+    assert harness.committer.commits == [{ev(T00): 3, ev(T01): 3, lb(T01): 1}]
+    assert t0.stores[COUNTS].get_committed(b"a") == b"2"
+    assert t1.stores[COUNTS].get_committed(b"b") == b"2"
+    assert t1.stores[LABELS].committed_offsets() == {lb(T01): 0}
+
+
 def test_records_of_partitions_no_running_task_owns_are_dropped(harness: Harness) -> None:
     running(harness, T01)
 
