@@ -284,53 +284,23 @@ class TaskManager:
         A record whose processing raises revives its task (see ``_processing_failed``);
         the rest of the batch for a revived task is dropped with its partitions. Raises
         RecordFailed where a record's policy is ``fail``, and the worker's own errors.
-
-        The per-record path (issue 8): records of one partition come in runs (librdkafka
-        queues a fetched message set whole), so the task and its runner are looked up once
-        per run, and the run's last processed offset is recorded once, when the run ends
-        or before anything else (failure handling, a commit) can look at it.
         """
         route = self._route
         processed = 0
-        topic: str | None = None
-        partition = -1
-        task: Task | None = None
-        run: Callable[[Any], None] | None = None
-        done: Any = None  # the last record of the current run processed without error
-        try:
-            for msg in messages:
-                if msg.partition() != partition or msg.topic() != topic:
-                    if done is not None:
-                        task.consumed(done)  # type: ignore[union-attr]
-                        done = None
-                    topic, partition = msg.topic(), msg.partition()
-                    task = route.get((topic, partition))  # type: ignore[arg-type]
-                    run = None if task is None else task.runner(topic)  # type: ignore[arg-type]
-                if run is None:
-                    continue  # records of a just-revoked partition are dropped
+        for msg in messages:
+            task = route.get((msg.topic(), msg.partition()))
+            if task is not None:  # records of a just-revoked partition are dropped
                 try:
-                    run(msg)
+                    task.process(msg)
                 except _PRODUCER_FAILURES as exc:
-                    if done is not None:
-                        task.consumed(done)  # type: ignore[union-attr]
-                        done = None
                     self._producer_failed(exc)
-                    partition = -1  # routes changed: look the next record's task up again
                     continue
                 except Exception as exc:
-                    if done is not None:
-                        task.consumed(done)  # type: ignore[union-attr]
-                        done = None
                     if isinstance(exc, WorkerError) and not isinstance(exc, TopologyError):
                         raise  # the worker's own failure (or a fail policy), not the record's
-                    self._processing_failed(task, msg, exc)  # type: ignore[arg-type]
-                    partition = -1
+                    self._processing_failed(task, msg, exc)
                     continue
-                done = msg
                 processed += 1
-        finally:
-            if done is not None:
-                task.consumed(done)  # type: ignore[union-attr]
         if processed:
             self._ctx.metrics.processed_records.inc(processed)
             if not self._first_processed and self._first_assignment_at is not None:

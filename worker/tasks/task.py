@@ -8,7 +8,7 @@ acks, then writes each store's buffer with its new changelog offset in one atomi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,35 +237,18 @@ class Task:
 
     # -- processing ------------------------------------------------------------------
 
-    def runner(self, topic: str) -> Callable[[Any], None]:
-        """The function that runs one record of ``topic`` through the graph (actives only).
-
-        Fetched once per run of records from one partition (issue 8: the per-record path
-        is the graph's, with nothing in between). Whatever the processors raise
-        propagates (the task manager retries the record); while records are marked
-        poisoned, each is checked first and a marked one is skipped instead, by the
-        processing exception policy. Marks only appear when a record fails, which ends
-        the run (the task is revived), so the choice holds for the whole run. The caller
-        reports the last record it processed with :meth:`consumed`.
-        """
-        run = self._graph.runner(topic)  # type: ignore[union-attr]
-        if not self._poisoned:
-            return run
-
-        def unless_poisoned(msg: Any) -> None:
-            if not self._skip_poisoned(msg):
-                run(msg)
-
-        return unless_poisoned
-
-    def consumed(self, msg: Any) -> None:
-        """``msg`` and every record before it in its partition are processed."""
-        self._consumed[(msg.topic(), msg.partition())] = msg.offset()
-
     def process(self, msg: Any) -> None:
-        """Run one source record through the graph (see :meth:`runner`) and count it consumed."""
-        self.runner(msg.topic())(msg)
-        self.consumed(msg)
+        """Run one source record through the graph (actives only).
+
+        Whatever the processors raise propagates (the task manager retries the record);
+        a record marked poisoned is skipped instead, by the processing exception policy.
+        """
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if not self._poisoned or not self._skip_poisoned(msg):
+            self._graph.process(  # type: ignore[union-attr]
+                topic, partition, offset, msg.timestamp()[1], msg.key(), msg.value(), msg.headers()
+            )
+        self._consumed[(topic, partition)] = offset
 
     def mark_poisoned(self, msg: Any, exc: BaseException, stacktrace: str) -> None:
         """Skip ``msg`` when it arrives again: its processing failed on every attempt."""
