@@ -121,10 +121,13 @@ class TopicWatch:
         layout: TopicLayout,
         dead_letter: bool,
         interval: float,
+        checked_at: float = float("-inf"),
     ) -> None:
+        """``checked_at``: when the topics were last checked (start-up's ``prepare_topics``),
+        so the first metadata request of the watch comes one ``interval`` after it."""
         self._admin = admin
         self._interval = interval
-        self._next = 0.0
+        self._next = checked_at + interval
         expected: dict[str, int] = {}
         for st in topology.subtopologies:
             n = layout.partitions[st.id]

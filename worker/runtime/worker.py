@@ -173,8 +173,8 @@ class Worker:
             layout,
             settings.dead_letter_enabled,
             TOPIC_CHECK_SECONDS,
+            checked_at=time.monotonic(),
         )
-        self._topic_watch.check(time.monotonic())  # arms the timer; start-up just checked
         collector = (
             TransactionalCollector(settings, f"{settings.application_id}-{state_dir.process_id}")
             if settings.exactly_once

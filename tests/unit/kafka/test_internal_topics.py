@@ -87,9 +87,17 @@ def stateful() -> BuiltTopology:
     )
 
 
-def watch(admin: FakeAdmin) -> TopicWatch:
+def watch(admin: FakeAdmin, checked_at: float = float("-inf")) -> TopicWatch:
     layout = prepare_topics(admin, stateful(), "app", create_internal=True)  # type: ignore[arg-type]
-    return TopicWatch(admin, stateful(), "app", layout, dead_letter=False, interval=10.0)  # type: ignore[arg-type]
+    return TopicWatch(
+        admin,  # type: ignore[arg-type]
+        stateful(),
+        "app",
+        layout,
+        dead_letter=False,
+        interval=10.0,
+        checked_at=checked_at,
+    )
 
 
 def test_the_topic_watch_is_quiet_while_the_topics_are_as_at_start_up() -> None:
@@ -129,3 +137,13 @@ def test_an_unreachable_broker_is_not_a_topic_error() -> None:
 
     admin.partition_counts = unavailable  # type: ignore[method-assign]
     topics.check(0.0)
+
+
+def test_the_first_watch_check_comes_one_interval_after_the_start_up_check() -> None:
+    admin = FakeAdmin({"input": 2, "output": 2})
+    topics = watch(admin, checked_at=5.0)
+    del admin.topics["output"]
+
+    topics.check(14.0)  # within the interval: no request, so the deletion is not seen yet
+    with pytest.raises(TopologyError, match="output was deleted"):
+        topics.check(15.0)

@@ -75,8 +75,7 @@ class FakeProducer:
 @pytest.fixture
 def collector(monkeypatch: pytest.MonkeyPatch) -> TransactionalCollector:
     FakeProducer.made = []
-    monkeypatch.setattr(transactions.ck, "Producer", FakeProducer)
-    monkeypatch.setattr("worker.kafka.clients.ck.Producer", FakeProducer)
+    monkeypatch.setattr(transactions.ck, "Producer", FakeProducer)  # the module clients uses too
     settings = load(
         None,
         {"bootstrap.servers": "127.0.0.1:9", "processing.guarantee": "exactly_once_v2"},
