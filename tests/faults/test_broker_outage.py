@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.apps import counting
-from tests.support.kafka_io import read_messages
 from tests.support.proxy import TcpProxy
+from tests.support.transaction_log import read_committed_topic
 from tests.support.waiting import wait_until
 from worker.config import load
 from worker.dev.broker import EmbeddedBroker, free_port
@@ -58,8 +58,9 @@ class Proxied:
         self.sent += count
 
     def output_ids(self) -> Counter[int]:
-        messages = read_messages(self.bootstrap, counting.OUTPUTS)
-        return Counter(orjson.loads(m.value())["id"] for m in messages)
+        """Output ids as a read_committed reader on Kafka sees them (aborted ones hidden)."""
+        records = read_committed_topic(self.bootstrap, counting.OUTPUTS, PARTITIONS)
+        return Counter(orjson.loads(r.value)["id"] for _, r in records if r.value)
 
 
 @pytest.fixture
@@ -105,16 +106,13 @@ def ride_out_outage(worker, proxied: Proxied, how: str) -> None:  # type: ignore
 
 # How the network fails: ``reset`` (every connection reset, new ones refused) or
 # ``blackhole`` (packets dropped: connections hang until the network is back).
-# exactly_once_v2 is not run with ``reset``: when a connection is reset while the test
-# broker is storing a transactional produce request, the broker keeps the records but
-# loses them from the transaction, so they stay visible to read_committed readers after
-# the transaction is aborted (docs/platform-notes.md); on Kafka the abort covers them.
 @pytest.mark.parametrize(
     ("guarantee", "how"),
     [
         ("at_least_once", "reset"),
         ("at_least_once", "blackhole"),
         ("exactly_once_v2", "blackhole"),
+        ("exactly_once_v2", "reset"),
     ],
 )
 def test_a_30s_broker_outage_is_ridden_out_and_the_output_is_complete(
