@@ -45,7 +45,12 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
     own_broker, worker_factory
 ):
     data = example_data(own_broker.bootstrap)
-    settings = {"commit.interval.ms": 200, "bootstrap.servers": own_broker.bootstrap}
+    # A session long enough that the killed run is still a member when the restart joins.
+    settings = {
+        "commit.interval.ms": 200,
+        "bootstrap.servers": own_broker.bootstrap,
+        "session.timeout.ms": 30000,
+    }
     w = worker_factory("victim", settings=settings)
     w.wait_ready(90)
     data.produce(20000)
@@ -66,6 +71,15 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
 
     w.start()
     w.wait_ready(90)
+    # The restart removed the killed run's member from the group before joining, so its
+    # first assignment already holds every task (none left to the dead member).
+    events = w.log_events()
+    removed = [
+        i for i, e in enumerate(events) if e.get("event") == "membership.stale_member_removed"
+    ]
+    assert len(removed) == 1 and events[removed[0]]["error"] is None
+    first = next(e for e in events[removed[0] :] if e.get("event") == "membership.assigned")
+    assert len(first["active"]) == PARTITIONS
     expected_totals, expected_alerts = data.reference()
     wait_until(
         lambda: {a["payment_id"] for a in data.alerts()} >= set(expected_alerts),

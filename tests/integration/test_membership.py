@@ -115,6 +115,7 @@ class Group:
         changelog_topics: Mapping[int, Sequence[str]] | None = None,
         end_offsets: EndOffsets | None = None,
         overrides: Mapping[str, Any] | None = None,
+        stale_member_id: str | None = None,
     ) -> tuple[GroupMember, Recorder]:
         """A started member named ``name`` (its process id) that reports ``sums`` (default
         0 for each previous active) and ``prev_active`` at every join."""
@@ -135,7 +136,7 @@ class Group:
             changelog_topics=changelog_topics,
             end_offsets=end_offsets,
         )
-        member.start()
+        member.start(stale_member_id=stale_member_id)
         self.members.append(member)
         return member, recorder
 
@@ -256,6 +257,26 @@ def test_when_a_member_leaves_the_other_revokes_commits_and_gets_every_task(
     assert a[0].assigned_partitions == group.sources(ALL_TASKS)
     assert after.active_hosts == {"a:8080": ALL_TASKS}
     assert a[0].committed([(topic, 3)]) == {(topic, 3): 99}
+
+
+def test_a_restarted_member_removes_its_crashed_predecessor_before_joining(
+    group: Group,
+) -> None:
+    a = group.join("a")
+    b = group.join("b")
+    drive([a[0], b[0]], lambda: settled([a, b]), "two members to settle")
+    crashed_id = b[0].member_id
+    b[0].close(leave=False)  # what kill -9 leaves behind: a member until its session ends
+
+    restarted = group.join("b-restarted", stale_member_id=crashed_id)
+    drive([a[0], restarted[0]], lambda: settled([a, restarted]), "a and the restart to settle")
+
+    # The first generation the restart is in already leaves the crashed member out: no
+    # task waits for a member that will never process it.
+    after = restarted[1].assignments[0]
+    assert set(after.active_hosts) == {"a:8080", "b-restarted:8080"}
+    assert frozenset().union(*after.active_hosts.values()) == ALL_TASKS
+    assert crashed_id != restarted[0].member_id
 
 
 def test_a_stale_members_commit_raises_task_migrated(group: Group) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import kafka.errors as kerrors
 from kafka import KafkaConsumer
+from kafka.protocol.consumer import LeaveGroupRequest
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment import planner
@@ -185,8 +186,14 @@ class GroupMember:
         # The broker's rebalance timeout is max.poll.interval.ms; a join never takes longer.
         self._join_timeout_ms = settings.max_poll_interval_ms + settings.session_timeout_ms
 
-    def start(self) -> None:
+    def start(self, stale_member_id: str | None = None) -> None:
         """Connect and subscribe with our assignor (eager); the join happens in ``poll``.
+
+        ``stale_member_id``: the member id of this process's previous run, which was
+        killed and so is still in the group until its session times out. Until then the
+        broker waits for it to rejoin (Kafka) or gives it tasks nobody processes (the test
+        broker); removing it first lets the join finish at once. Only dynamic members do
+        this: Kafka replaces a static member (``group.instance.id``) by itself.
 
         Raises KafkaUnavailable when no broker answers within the bootstrap timeout.
         """
@@ -199,9 +206,40 @@ class GroupMember:
             )
         except kerrors.KafkaError as exc:
             raise translate(exc) from exc
+        if stale_member_id and not self._settings.group_instance_id:
+            self._remove_stale_member(consumer, stale_member_id)
         consumer.subscribe(topics=self._topics)
         self._consumer = consumer
         self._log.info("membership.started", topics=self._topics)
+
+    def _remove_stale_member(self, consumer: KafkaConsumer, member_id: str) -> None:
+        """Send LeaveGroup on behalf of our previous run's member. Best effort: on any
+        failure the join only takes longer (the session timeout), so it is logged only."""
+        coordinator = consumer._coordinator
+        timeout_ms = self._settings.session_timeout_ms
+        request = LeaveGroupRequest(
+            group_id=self._settings.application_id,
+            member_id=member_id,
+            members=[
+                LeaveGroupRequest.MemberIdentity(
+                    member_id=member_id, group_instance_id=None, reason="previous run killed"
+                )
+            ],
+        )
+
+        async def leave() -> Any:
+            future = coordinator._manager.send(request, node_id=coordinator.coordinator_id)
+            return await coordinator._manager.wait_for(future, timeout_ms)
+
+        try:
+            if not coordinator.ensure_coordinator_ready(timeout_ms=timeout_ms):
+                raise kerrors.CoordinatorNotAvailableError("no coordinator")
+            response = coordinator._net.run(leave)
+            codes = [response.error_code, *(m.error_code for m in response.members)]
+            error = next((kerrors.for_code(c).__name__ for c in codes if c), None)
+        except Exception as exc:  # best effort, see the docstring
+            error = repr(exc)
+        self._log.info("membership.stale_member_removed", member_id=member_id, error=error)
 
     @property
     def generation(self) -> int:

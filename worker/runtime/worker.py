@@ -85,6 +85,8 @@ class Worker:
         self._routing = Routing()  # for queries: endpoint, host maps, tasks per sub-topology
         self._lag: LagFn = no_lag
         self._member: GroupMember | None = None
+        self._state_dir: StateDirectory | None = None
+        self._saved_member_id: str | None = None
         self._topic_watch: TopicWatch | None = None
         self._broker_connected = True
         self._watchdog = ShutdownWatchdog(self._stop, settings.shutdown_timeout_ms / 1000.0)
@@ -127,6 +129,7 @@ class Worker:
         state_dir = StateDirectory(Path(self._state_root), settings.application_id)
         self._watchdog.start()  # from a stop request on, exit within shutdown.timeout.ms
         state_dir.open()
+        self._state_dir = state_dir
         try:
             self._set_state(WorkerState.STARTING)
             self.http = HttpServer(
@@ -224,7 +227,7 @@ class Worker:
                 manager.open_initial_standbys(
                     state_dir.list_non_empty_task_ids(), layout.partitions
                 )
-            member.start()
+            member.start(stale_member_id=state_dir.previous_member_id())
             self._set_state(WorkerState.REBALANCING)
             loop.run()
             self._set_state(WorkerState.PENDING_SHUTDOWN)
@@ -266,6 +269,8 @@ class Worker:
         finally:
             try:
                 member.close(leave=True)
+                if self._state_dir is not None:
+                    self._state_dir.save_member_id(None)
             finally:
                 collector.close()
                 consumer.close()
@@ -316,6 +321,15 @@ class Worker:
         if self._probes is not None:
             self._probes.on_assignment(assignment)
         self._assigned = True
+        self._remember_member_id()
+
+    def _remember_member_id(self) -> None:
+        """Keep the member id in the state dir, so that a run after a crash can remove
+        this member from the group instead of waiting for its session to time out."""
+        member_id = self._member.member_id if self._member is not None else ""
+        if member_id and member_id != self._saved_member_id and self._state_dir is not None:
+            self._state_dir.save_member_id(member_id)
+            self._saved_member_id = member_id
 
     def _on_revoked(self) -> None:
         assert self._manager is not None

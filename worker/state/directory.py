@@ -4,6 +4,8 @@ Layout::
 
     <root>/<application_id>/
         process.json        {"version": 1, "process_id": "<uuid4>"}, stable across restarts
+        member.json         {"version": 1, "member_id": "..."}: the group member id this
+                            process last had, while it has not left the group cleanly
         .lock               flock'ed by the one process using this directory (holds its pid)
         <subtopology>_<partition>/
             .lock           flock'ed while a task object owns the directory
@@ -39,6 +41,7 @@ from worker.observability import get_logger
 from worker.state.checkpoint import replace_file_atomically
 
 PROCESS_FILE = "process.json"
+MEMBER_FILE = "member.json"
 LOCK_FILE = ".lock"
 CHECKPOINT_FILE = ".checkpoint"
 STORES_DIR = "rocksdb"
@@ -92,6 +95,37 @@ class StateDirectory:
         if self._process_id is None:
             raise StateDirError(f"state directory {self.app_dir} is not open")
         return self._process_id
+
+    def previous_member_id(self) -> str | None:
+        """The group member id of this process's previous run, if it did not leave cleanly.
+
+        A run that was killed is still a member until its session times out; the next run
+        removes it from the group at start-up instead of waiting (``GroupMember.start``).
+        """
+        try:
+            data = json.loads((self.app_dir / MEMBER_FILE).read_text(encoding="utf-8"))
+            if data["version"] == _PROCESS_FILE_VERSION and data["member_id"]:
+                return str(data["member_id"])
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _log.warning("state.member_file_unreadable", error=str(exc))
+        return None
+
+    def save_member_id(self, member_id: str | None) -> None:
+        """Remember the member id this run has now (None: it left the group cleanly).
+
+        Best effort: without the file the next run only waits for the session timeout.
+        """
+        path = self.app_dir / MEMBER_FILE
+        try:
+            if member_id is None:
+                path.unlink(missing_ok=True)
+            else:
+                content = {"version": _PROCESS_FILE_VERSION, "member_id": member_id}
+                replace_file_atomically(path, json.dumps(content).encode("utf-8"))
+        except OSError as exc:
+            _log.warning("state.member_file_unwritable", path=str(path), error=str(exc))
 
     def close(self) -> None:
         """Release every task lock and the process lock. Idempotent."""

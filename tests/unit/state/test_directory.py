@@ -89,6 +89,29 @@ def test_unreadable_process_file_is_regenerated(tmp_path: Path, content: str) ->
         directory.close()
 
 
+def test_member_id_is_kept_across_restarts_until_cleared(tmp_path: Path) -> None:
+    first = StateDirectory(tmp_path / "state", APP)
+    first.open()
+    assert first.previous_member_id() is None
+    first.save_member_id("member-1")
+    first.close()  # a crash leaves the file as it is
+
+    second = StateDirectory(tmp_path / "state", APP)
+    second.open()
+    assert second.previous_member_id() == "member-1"
+    second.save_member_id(None)  # left the group cleanly
+    assert second.previous_member_id() is None
+    second.close()
+
+
+@pytest.mark.parametrize("content", ["", "{", '{"version": 9, "member_id": "m"}', "[]"])
+def test_unreadable_member_file_means_no_previous_member(
+    state_dir: StateDirectory, content: str
+) -> None:
+    (state_dir.app_dir / "member.json").write_text(content)
+    assert state_dir.previous_member_id() is None
+
+
 def test_process_id_before_open_raises(tmp_path: Path) -> None:
     with pytest.raises(StateDirError, match="not open"):
         _ = StateDirectory(tmp_path, APP).process_id
