@@ -131,6 +131,9 @@ class Measured:
     idle: float  # RSS once ready, the filled stores open (bytes)
     peak: float  # VmHWM at the end (bytes)
     uncommitted: float  # largest worker_uncommitted_bytes seen
+    cache_idle: float  # worker_rocksdb_cache_bytes at the idle figure
+    cache: float  # largest worker_rocksdb_cache_bytes seen (memtables included)
+    memtables: float  # largest worker_rocksdb_memtable_bytes seen
     prefill_seconds: float
     processing_seconds: float
     samples: list[tuple[float, float]]
@@ -180,6 +183,7 @@ def run(ctx: RunContext, params: Params) -> Result:
         f"growth over idle versus `rocksdb.memory.bytes` alone: "
         f"{(main.peak - main.idle) / rocksdb:.2f}x.",
         _line("Defaults", main, params.partitions),
+        _breakdown(main, params.memory_bytes),
     ]
     if params.previous_variant:
         previous = _measure(ctx, params, records, "worker-previous", PREVIOUS_BUFFERS)
@@ -214,6 +218,26 @@ def _line(label: str, m: Measured, stores: int) -> str:
         f"`worker_uncommitted_bytes` seen {m.uncommitted / MiB:,.1f} MiB; filling the stores "
         f"took {m.prefill_seconds:.0f}s, the backlog {m.processing_seconds:.1f}s to process."
     ).replace("{n}", "64")
+
+
+def _breakdown(m: Measured, rocksdb_bytes: int) -> str:
+    """Where the growth over idle went, from the worker's own gauges (sampled every 0.2 s,
+    so the largest values seen, not necessarily at the moment of the RSS peak)."""
+    growth = m.peak - m.idle
+    cache_growth = max(0.0, m.cache - m.cache_idle)
+    rest = growth - cache_growth - m.uncommitted
+    return (
+        f"Where the growth went: the RocksDB cache held {m.cache_idle / MiB:,.0f} MiB when idle"
+        f" and at most {m.cache / MiB:,.0f} MiB of its {rocksdb_bytes / MiB:,.0f} MiB"
+        f" (memtables at most {m.memtables / MiB:,.0f} MiB of it), so it accounts for"
+        f" {cache_growth / MiB:,.0f} MiB of the {growth / MiB:,.0f} MiB; the store write"
+        f" buffers for at most {m.uncommitted / MiB:,.1f} MiB. The other {rest / MiB:,.0f} MiB"
+        " is memory no budget of the worker counts: librdkafka's fetch and produce queues"
+        " (capped by `input.buffer.max.bytes` and `output.buffer.max.bytes`, but counted"
+        " there in librdkafka's own units), the Python objects of the records in flight,"
+        " RocksDB allocations outside the cache (iterators, compaction and flush buffers,"
+        " table readers of the 64 stores) and what the allocator keeps after freeing."
+    )
 
 
 def _fill_stores(
@@ -299,6 +323,8 @@ def _measure(
     assert pid is not None
     marks: dict[str, float] = {}
     uncommitted: list[float] = []
+    cache: list[float] = []
+    memtables: list[float] = []
     processed = lambda: metric_or_zero(worker, "worker_processed_records_total")  # noqa: E731
     with Sampler(lambda: float(rss_bytes(pid)[0]), 0.1) as rss:
         worker.wait_ready(300)
@@ -310,6 +336,7 @@ def _measure(
         )
         time.sleep(params.settle_seconds)  # start-up garbage settles before the idle figure
         idle = float(rss_bytes(pid)[0])
+        cache_idle = metric_or_zero(worker, "worker_rocksdb_cache_bytes")
         before = processed()
         marks["produce"] = time.monotonic()
         produce(bootstrap, MEMORY_TOPIC, records)
@@ -317,6 +344,8 @@ def _measure(
 
         def done() -> bool:
             uncommitted.append(metric_or_zero(worker, "worker_uncommitted_bytes"))
+            cache.append(metric_or_zero(worker, "worker_rocksdb_cache_bytes"))
+            memtables.append(metric_or_zero(worker, "worker_rocksdb_memtable_bytes"))
             return processed() - before >= params.records
 
         wait_for(done, max(120.0, params.records / 1000), "every record processed", 0.2, [worker])
@@ -330,6 +359,9 @@ def _measure(
         idle=idle,
         peak=peak,
         uncommitted=max(uncommitted, default=0.0),
+        cache_idle=cache_idle,
+        cache=max(cache, default=0.0),
+        memtables=max(memtables, default=0.0),
         prefill_seconds=prefill_seconds,
         processing_seconds=marks["processed"] - marks["produce"],
         samples=rss.samples,

@@ -172,3 +172,13 @@ class Metrics:
         self.uncommitted_bytes = Gauge(
             "worker_uncommitted_bytes", "Bytes in store write buffers awaiting commit", registry=r
         )
+        self.rocksdb_cache_bytes = Gauge(
+            "worker_rocksdb_cache_bytes",
+            "Bytes held by the shared RocksDB block cache, memtable reservations included",
+            registry=r,
+        )
+        self.rocksdb_memtable_bytes = Gauge(
+            "worker_rocksdb_memtable_bytes",
+            "Bytes of memtables across all stores (RocksDB's write buffer manager)",
+            registry=r,
+        )

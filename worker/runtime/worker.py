@@ -186,6 +186,8 @@ class Worker:
         consumer = DataConsumer(settings)
         restore_consumer = RestoreConsumer(settings)
         env = RocksDBEnv(settings.rocksdb_memory_bytes)
+        self.metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
+        self.metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
         ctx = TaskContext(settings, state_dir, env, collector, self.metrics, self.clock)
         reader = ChangelogReader(
             restore_consumer, self.metrics, settings.restore_batch_records, self.clock
