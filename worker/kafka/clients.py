@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from worker.config import Settings
 from worker.errors import FatalError, KafkaUnavailable, WorkerError
+from worker.kafka.client_logs import librdkafka_logger
 
 TP = tuple[str, int]
 
@@ -55,9 +56,12 @@ _RECORD_ERRORS = frozenset(
 
 
 def base_config(settings: Settings, client: str) -> dict[str, Any]:
+    """The settings every client of the worker shares; its log lines become structured
+    events served by the client's own poll calls (see ``worker.kafka.client_logs``)."""
     config: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": f"{settings.application_id}-{client}",
+        "logger": librdkafka_logger(client),
     }
     config.update(settings.kafka_passthrough())
     return config
@@ -94,6 +98,7 @@ class Admin:
 
     def partition_counts(self, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
         """Partition count of each existing topic; missing topics are absent from the result."""
+        self._admin.poll(0)  # hands over the admin client's queued log lines
         try:
             metadata = self._admin.list_topics(timeout=timeout)
         except ck.KafkaException as exc:
@@ -131,6 +136,7 @@ class Admin:
         low after multi-record batches (platform-facts.md): callers must treat it as a
         lower bound. Raises KafkaUnavailable when the request cannot be made at all.
         """
+        self._admin.poll(0)  # hands over the admin client's queued log lines
         wanted = {
             ck.TopicPartition(t, p): OffsetSpec.latest() for t, p in dict.fromkeys(partitions)
         }

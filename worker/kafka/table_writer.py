@@ -39,6 +39,9 @@ def writer_config(settings: Settings, *, message_timeout_ms: int = 120_000) -> d
     retries until then); a load against an unreachable broker fails after it.
     """
     config = base_config(settings, "table-writer")
+    # Shipped to Spark executors, where the worker's logging is not set up: their
+    # librdkafka lines go to the executor's stderr as librdkafka prints them.
+    config.pop("logger", None)
     config.update(
         {
             "enable.idempotence": True,
