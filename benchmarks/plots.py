@@ -94,28 +94,6 @@ def scale_out(
     return _save(fig, path)
 
 
-def memory(
-    path: Path, samples: Samples, bound: int, idle: float, marks: Mapping[str, float]
-) -> Path:
-    """RSS over time against the configured RocksDB bound and the idle worker's RSS."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    if samples:
-        t0 = samples[0][0]
-        ax.plot([t - t0 for t, _ in samples], [v / MiB for _, v in samples], label="worker RSS")
-        for label, at in marks.items():
-            ax.axvline(at - t0, color="grey", lw=0.8, ls=":")
-            ax.text(at - t0, ax.get_ylim()[1] * 0.02, " " + label, rotation=90, fontsize=8)
-    ax.axhline(bound / MiB, color="C3", ls="--", label="rocksdb.memory.bytes")
-    ax.axhline((idle + bound) / MiB, color="C2", ls=":", label="idle RSS + rocksdb.memory.bytes")
-    ax.set_xlabel("seconds since launch")
-    ax.set_ylabel("MiB")
-    ax.set_title("Memory of one worker with 64 tasks")
-    ax.legend(loc="upper left")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
 def memory_budget(
     path: Path,
     samples: Samples,

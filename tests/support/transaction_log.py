@@ -40,7 +40,7 @@ def read_committed_partition(
 ) -> list[LogRecord]:
     """Every committed record of the partition, in offset order (see the module doc)."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    kept: list[tuple[int, LogRecord]] = []  # (producer id or -1, record)
+    kept: list[LogRecord] = []
     pending: dict[int, list[LogRecord]] = {}
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         offset, correlation = 0, 0
@@ -53,16 +53,16 @@ def read_committed_partition(
                     for marker in batch:
                         records = pending.pop(batch.producer_id, [])
                         if marker.commit:  # type: ignore[attr-defined]
-                            kept.extend((batch.producer_id, r) for r in records)
+                            kept.extend(records)
                     continue
                 records = [LogRecord(r.offset, r.timestamp, r.key, r.value) for r in batch]
                 if batch.is_transactional:
                     pending.setdefault(batch.producer_id, []).extend(records)
                 else:
-                    kept.extend((-1, r) for r in records)
+                    kept.extend(records)
             if offset >= high_watermark or not batches:
                 break
-    return sorted((r for _, r in kept), key=lambda r: r.offset)
+    return sorted(kept, key=lambda r: r.offset)
 
 
 def read_committed_topic(
