@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from worker.dev.stalls import gap_intervals, max_gap
+
+__all__ = ["crossing_time", "gap_intervals", "max_gap", "steady_rate"]
+
 
 def crossing_time(samples: Sequence[tuple[float, float]], level: float) -> float:
     """When a non-decreasing sampled counter reached ``level``, interpolated linearly.
@@ -35,23 +39,3 @@ def steady_rate(
     if end <= start:
         raise ValueError("the counter did not advance between the two levels")
     return total * (high - low) / (end - start)
-
-
-def max_gap(timestamps: Sequence[float], start: float, end: float) -> float:
-    """Longest stretch in [start, end] without a timestamp (all in the same unit).
-
-    The edges count: from ``start`` to the first timestamp in the window and from the last
-    one to ``end``, so a partition still silent at the end of the window shows its stall.
-    """
-    inside = sorted(t for t in timestamps if start <= t <= end)
-    points = [start, *inside, end]
-    return max(b - a for a, b in zip(points, points[1:], strict=False))
-
-
-def gap_intervals(
-    timestamps: Sequence[float], start: float, end: float, longer_than: float
-) -> list[tuple[float, float]]:
-    """The silent stretches in [start, end] longer than ``longer_than`` as (from, to)."""
-    inside = sorted(t for t in timestamps if start <= t <= end)
-    points = [start, *inside, end]
-    return [(a, b) for a, b in zip(points, points[1:], strict=False) if b - a > longer_than]
