@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -89,6 +90,38 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
 
 
+class PendingOffsets:
+    """End offsets asked for by :meth:`Admin.request_end_offsets`, collected without waiting.
+
+    For the processing loop, which must not block on the broker: it asks once, checks
+    :meth:`ready` on later iterations, and takes :meth:`result` when it is. The futures are
+    completed by librdkafka's background thread, so nothing here has to be polled.
+    Thread-safety: one thread uses an instance.
+    """
+
+    def __init__(self, futures: Mapping[TP, Future[Any]]) -> None:
+        self._futures = dict(futures)
+
+    def ready(self) -> bool:
+        """True once every partition has an answer or an error (or the request timed out)."""
+        return all(future.done() for future in self._futures.values())
+
+    def result(self) -> dict[TP, int]:
+        """Log-end offset of each partition answered so far; never waits.
+
+        Partitions that failed (unknown topic, timeout) or have no answer yet are left
+        out, so call it after :meth:`ready` to get everything there is to get.
+        """
+        found: dict[TP, int] = {}
+        for tp, future in self._futures.items():
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                continue
+            offset = int(future.result().offset)
+            if offset >= 0:
+                found[tp] = offset
+        return found
+
+
 class Admin:
     """Topic metadata and idempotent creation of internal topics."""
 
@@ -159,6 +192,31 @@ class Admin:
             if offset >= 0:
                 found[(tp.topic, tp.partition)] = int(offset)
         return found
+
+    def request_end_offsets(self, partitions: Iterable[TP], timeout: float = 5.0) -> PendingOffsets:
+        """Start a ListOffsets (latest, read_uncommitted) for ``partitions``; never waits.
+
+        The non-blocking twin of :meth:`end_offsets`, for the processing loop (whether
+        input waits for an active task that is not consuming yet). Every future is
+        settled within ``timeout`` seconds. The test broker's answers are a lower bound
+        (see :meth:`end_offsets`). Raises KafkaUnavailable when the request cannot be
+        made at all.
+        """
+        self._admin.poll(0)  # hands over the admin client's queued log lines
+        wanted = {
+            ck.TopicPartition(t, p): OffsetSpec.latest() for t, p in dict.fromkeys(partitions)
+        }
+        if not wanted:
+            return PendingOffsets({})
+        try:
+            futures = self._admin.list_offsets(
+                wanted,
+                isolation_level=ck.IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=timeout,
+            )
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise KafkaUnavailable(f"cannot list end offsets: {exc}") from exc
+        return PendingOffsets({(tp.topic, tp.partition): f for tp, f in futures.items()})
 
 
 @dataclass(slots=True)

@@ -1,0 +1,33 @@
+"""Admin.request_end_offsets against the real broker: asked without waiting, collected
+once ready, unknown partitions left out."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.support.waiting import wait_until
+from worker.config import Settings
+from worker.kafka.clients import Admin, TopicSpec
+
+pytestmark = pytest.mark.integration
+
+
+def test_end_offsets_requested_without_waiting_come_back_once_ready(bootstrap: str) -> None:
+    topic = f"end-offsets-{uuid.uuid4().hex[:8]}"
+    settings = Settings.model_validate(
+        {"application.id": f"test-{uuid.uuid4().hex[:8]}", "bootstrap.servers": bootstrap}
+    )
+    admin = Admin(settings)
+    admin.create_topics([TopicSpec(topic, 2)])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):  # one record per batch: ListOffsets is right for those here
+        producer.produce(topic, value=b"v%d" % i, partition=0)
+        producer.flush(10)
+
+    pending = admin.request_end_offsets([(topic, 0), (topic, 1), ("no-such-topic", 0)])
+
+    wait_until(pending.ready, timeout=10, message="ListOffsets answered")
+    assert pending.result() == {(topic, 0): 3, (topic, 1): 0}
