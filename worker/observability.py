@@ -81,6 +81,13 @@ class Metrics:
         self.processed_records = Counter(
             "worker_processed_records_total", "Input records processed by active tasks", registry=r
         )
+        self.task_unavailable_seconds = Counter(
+            "worker_task_unavailable_seconds_total",
+            "Seconds an active task had input waiting and processed nothing, by cause"
+            " (worker.runtime.availability)",
+            ["task", "cause"],
+            registry=r,
+        )
         self.restored_records = Counter(
             "worker_restored_records_total",
             "Changelog records restored into local stores",
