@@ -4,10 +4,11 @@
 hands it: the topology (stores, their serdes, their sub-topologies) and a callable
 returning the latest :class:`~worker.runtime.status.Status`, which the processing thread
 publishes. From the snapshot it takes the local tasks (kind, state, stores, offsets,
-lag), the latest assignment's host maps, this instance's endpoint and the number of
-tasks per sub-topology. It never touches the task manager: the only live objects it
-uses are stores, through ``Store.get_committed``, which is safe against the processing
-thread closing the store at any moment (it raises ``StoreClosedError`` then).
+lag, unavailable seconds by cause), the latest assignment's host maps, this instance's
+endpoint and the number of tasks per sub-topology. It never touches the task manager:
+the only live objects it uses are stores, through ``Store.get_committed``, which is safe
+against the processing thread closing the store at any moment (it raises
+``StoreClosedError`` then).
 
 ``GET /stores/{store}/keys/{key}[?allow_stale=true]``, in order:
 
@@ -228,6 +229,9 @@ def _task_json(task: TaskStatus) -> dict[str, Any]:
         "kind": task.kind,
         "state": task.state,
         "lag": task.lag,
+        "unavailable_seconds": {
+            cause: round(seconds, 3) for cause, seconds in sorted(task.unavailable_seconds.items())
+        },
         "stores": [
             {"name": s.name, "changelog": s.changelog, "partition": s.partition, "offset": s.offset}
             for s in task.stores

@@ -8,8 +8,9 @@
 ``GET /stores/{store}/keys/{key}``   the committed value of ``key`` (``?allow_stale=true``
                                      may answer from a local standby), a 307 to the
                                      instance that hosts it, or a JSON 4xx/503
-``GET /tasks``                       this instance's tasks (kind, state, offsets, lag) and
-                                     the latest assignment's host maps
+``GET /tasks``                       this instance's tasks (kind, state, offsets, lag,
+                                     unavailable seconds by cause) and the latest
+                                     assignment's host maps
 ===================================  ==================================================
 
 Runs in daemon threads with the standard library server: the endpoints are cheap, and

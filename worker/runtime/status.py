@@ -71,13 +71,16 @@ class StoreStatus:
 class TaskStatus:
     """One local task. ``lag``: changelog records its stores are behind the end, for
     tasks reading a changelog (standbys, warmups, restoring actives); None otherwise
-    (running actives write their changelogs) or while unknown."""
+    (running actives write their changelogs) or while unknown. ``unavailable_seconds``:
+    cause -> seconds the task was active here with input waiting and processed nothing
+    (:mod:`worker.runtime.availability`), the same numbers as the counter."""
 
     task_id: str
     kind: str
     state: str
     stores: tuple[StoreStatus, ...] = ()
     lag: int | None = None
+    unavailable_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 def _frozen_hosts(hosts: Mapping[str, frozenset[TaskId]]) -> Mapping[str, frozenset[TaskId]]:
@@ -135,15 +138,30 @@ def advertised_endpoint(application_server: str, http_host: str, bound_port: int
 
 LagFn = Callable[[TaskId], int | None]
 
+_NEVER_STALLED: Mapping[str, float] = MappingProxyType({})
 
-def task_status(task: Task, lag: LagFn) -> TaskStatus:
-    """A task as the snapshot shows it. Call on the processing thread only."""
+
+def task_status(
+    task: Task, lag: LagFn, unavailable: Mapping[str, float] = _NEVER_STALLED
+) -> TaskStatus:
+    """A task as the snapshot shows it. Call on the processing thread only.
+
+    ``unavailable`` is ``AvailabilityTracker.unavailable_seconds`` of the task; it is
+    copied, so the snapshot does not change under the HTTP thread.
+    """
     stores = []
     for name, store in task.stores.items():
         topic, partition = task.changelogs[name]
         offset = store.committed_offsets().get((topic, partition))
         stores.append(StoreStatus(name, topic, partition, offset, store))
-    return TaskStatus(str(task.id), task.role.value, task.state.value, tuple(stores), lag(task.id))
+    return TaskStatus(
+        str(task.id),
+        task.role.value,
+        task.state.value,
+        tuple(stores),
+        lag(task.id),
+        MappingProxyType(dict(unavailable)),
+    )
 
 
 # How often the loop rebuilds the task list (offsets, lags) when nothing else changed.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import orjson
@@ -19,8 +20,11 @@ from tests.unit.http.conftest import (
 )
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
+from worker.clock import FakeClock
 from worker.http.queries import QueryRouter
+from worker.observability import Metrics
 from worker.partitioner import partition_for
+from worker.runtime.availability import AvailabilityTracker, StallCause, TaskSample
 from worker.runtime.status import Routing, task_status
 
 ALL = ["0_0", "0_1", "0_2", "0_3"]
@@ -248,6 +252,27 @@ def test_tasks_lists_local_tasks_with_offsets_and_lag_and_the_host_maps(
     orjson.dumps(body)  # JSON-ready
 
 
+def test_tasks_shows_the_unavailable_seconds_the_tracker_charged_rounded_to_milliseconds(
+    router: QueryRouter, box: StatusBox, stores: Stores
+) -> None:
+    clock = FakeClock()
+    tracker = AvailabilityTracker(Metrics(), clock)
+    for seconds, cause in ((0.0, StallCause.RESTORE), (0.5, StallCause.REBALANCE), (1.23456, None)):
+        clock.advance(seconds)
+        tracker.observe([TaskSample("0_0", 3, input_waiting=True, cause=cause)])
+    box.current = snapshot(stores, {"0_0": ("active", "running"), "0_1": ("standby", "running")})
+    first, second = box.current.tasks
+    box.current = replace(
+        box.current,
+        tasks=(replace(first, unavailable_seconds=tracker.unavailable_seconds("0_0")), second),
+    )
+
+    shown = [t["unavailable_seconds"] for t in router.tasks().body["tasks"]]
+
+    assert shown == [{"rebalance": 1.235, "restore": 0.5}, {}]
+    assert list(shown[0]) == ["rebalance", "restore"]  # sorted by cause, not by first charge
+
+
 def test_routing_takes_the_host_maps_and_generation_of_an_assignment() -> None:
     routing = Routing(ME).with_partitions({0: 4})
     assignment = Assignment(
@@ -277,7 +302,9 @@ def test_task_status_copies_offsets_and_keeps_the_live_store(stores: Stores) -> 
         stores={"counts": stores.by_task[tid]["counts"]},
         changelogs={"counts": ("app-counts-changelog", 1)},
     )
-    status = task_status(task, lambda t: 4 if t == tid else None)  # type: ignore[arg-type]
+    charged = {"restore": 2.5}
+    status = task_status(task, lambda t: 4 if t == tid else None, charged)  # type: ignore[arg-type]
+    charged["restore"] = 9.0
     assert (status.task_id, status.kind, status.state, status.lag) == ("0_1", "standby",
                                                                        "running", 4)  # fmt: skip
     (view,) = status.stores
@@ -285,6 +312,8 @@ def test_task_status_copies_offsets_and_keeps_the_live_store(stores: Stores) -> 
         "counts", "app-counts-changelog", 1, 12,
     )  # fmt: skip
     assert view.store is stores.by_task[tid]["counts"]
+    assert status.unavailable_seconds == {"restore": 2.5}  # a copy: the snapshot is immutable
+    assert task_status(task, lambda t: None).unavailable_seconds == {}  # type: ignore[arg-type]
 
 
 def test_key_on_helper_finds_keys_of_each_partition() -> None:

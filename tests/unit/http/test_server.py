@@ -145,6 +145,7 @@ def test_tasks_is_json(server: HttpServer, box: StatusBox, stores: Stores) -> No
     code, _, body = get_json(server, "/tasks")
     assert code == 200
     assert [t["task_id"] for t in body["tasks"]] == ["0_0"]
+    assert body["tasks"][0]["unavailable_seconds"] == {}
 
 
 def test_without_a_router_only_the_health_endpoints_exist(box: StatusBox) -> None:
