@@ -79,6 +79,7 @@ def test_the_exported_names_are_what_prometheus_sees() -> None:
     assert "worker_commit_seconds_bucket" in EXPORTED
     assert "worker_tasks" in EXPORTED
     assert EXPORTED["worker_tasks"] == {"kind"}
+    assert EXPORTED["worker_task_unavailable_seconds_total"] == {"task", "cause"}
 
 
 @pytest.mark.parametrize("expr", EXPRESSIONS)
@@ -110,6 +111,7 @@ def test_the_dashboard_covers_what_operators_watch() -> None:
         "worker_processed_records_total",  # throughput
         "worker_commit_seconds_bucket",  # commit latency
         "worker_rebalances_total",  # rebalances
+        "worker_task_unavailable_seconds_total",  # per-task availability by cause
     ):
         assert metric in text
 
