@@ -66,6 +66,14 @@ class TaskMigrated(WorkerError):
     """We lost ownership (group generation moved on / fenced): close dirty and rejoin."""
 
 
+class RebalanceInProgress(WorkerError):
+    """The group is rebalancing: a commit that needs the generation waits for it to end.
+
+    Nothing is lost and every task is still owned; processing goes on and the commit is
+    retried once the member is stable again (cooperative rebalancing, KIP-429).
+    """
+
+
 class KafkaUnavailable(WorkerError):
     """The broker could not be reached in time. Retriable: keep the task, try again."""
 

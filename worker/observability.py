@@ -167,6 +167,23 @@ class Metrics:
         self.rebalances = Counter(
             "worker_rebalances_total", "Assignments received from the group", registry=r
         )
+        self.membership_transitions = Counter(
+            "worker_membership_transitions_total",
+            "Group member state transitions (joining, syncing, revoking, stable, left)",
+            ["to"],
+            registry=r,
+        )
+        self.membership_state = Gauge(
+            "worker_membership_state",
+            "1 for the group member's current state",
+            ["state"],
+            registry=r,
+        )
+        self.follow_up_rebalances = Counter(
+            "worker_follow_up_rebalances_total",
+            "Follow-up joins after revoking tasks (the second round of a cooperative move)",
+            registry=r,
+        )
         self.checkpoint_writes = Counter(
             "worker_checkpoint_writes_total", ".checkpoint files written", registry=r
         )

@@ -80,6 +80,10 @@ class Subscription:
     task_offset_sums: Mapping[TaskId, int]
     prev_active: frozenset[TaskId]
     prev_standby: frozenset[TaskId]
+    # How many rebalances this member has asked for. A member that wants the group to
+    # rebalance bumps it, so its rejoin carries new metadata, which brokers answer with a
+    # rebalance (Kafka Streams' ``uniqueField``); nothing else reads it.
+    rebalance_requests: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_offset_sums", MappingProxyType(dict(self.task_offset_sums)))
@@ -102,6 +106,7 @@ class Subscription:
                 "offset_sums": {str(t): s for t, s in sorted(self.task_offset_sums.items())},
                 "prev_active": _encode_tasks(self.prev_active),
                 "prev_standby": _encode_tasks(self.prev_standby),
+                "rebalance_requests": self.rebalance_requests,
             }
         )
 
@@ -119,6 +124,7 @@ class Subscription:
                 task_offset_sums={TaskId.parse(t): _int(s) for t, s in sums.items()},
                 prev_active=_decode_tasks(obj.get("prev_active", [])),
                 prev_standby=_decode_tasks(obj.get("prev_standby", [])),
+                rebalance_requests=_int(obj.get("rebalance_requests", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedUserData(f"subscription user data is malformed: {exc}") from exc

@@ -5,43 +5,63 @@ assignment use a kafka-python ``KafkaConsumer`` with :class:`TaskAssignor`, whil
 flows through confluent-kafka elsewhere. Offset commits go through this member so the
 broker fences them with the group generation.
 
-Threading. kafka-python 3 runs every group callback (assignor, rebalance listener) on its
-own IO thread, and a callback there must not block on the consumer (``commit()`` would
-raise). So the assignor only records what arrives, and :meth:`GroupMember.poll` hands it
-to the :class:`RebalanceListener` on the caller's thread. ``poll`` drives the coordinator
-directly instead of ``KafkaConsumer.poll``: a rejoin can then only start inside ``poll``,
-right after ``on_revoked`` has run, never behind the runtime's back (with
-``KafkaConsumer.poll`` the IO thread could start the JoinGroup before the runtime
-committed). The private ``_coordinator`` handle is used for that and for batched offset
-fetches; kafka-python is pinned to 3.x in pyproject.toml.
+Off the processing path. The member never blocks its caller for a rebalance: a join
+(JoinGroup, the leader's assignment, SyncGroup) runs on kafka-python's own IO thread
+(:func:`group_coordinator.start_join`), and :meth:`GroupMember.poll` only looks at how it
+is going and returns what came of it as messages (:class:`Assigned`, :class:`Lost`). The
+processing loop applies them between batches, so records keep flowing, restores and
+standbys keep reading and HTTP keeps answering while the group rebalances. Only commits
+wait: they need a settled generation (:attr:`GroupMember.can_commit`).
+
+Cooperative rebalancing (KIP-429). The assignor declares the cooperative protocol, the
+subscription carries the tasks this member owns, and the leader never gives a task to a
+new owner in the generation in which another member still owns it. A member therefore
+keeps every task the new assignment leaves it without a pause; for the actives it lost it
+first commits and hands them over (the runtime does that while handling
+:class:`Assigned`), then joins once more (the follow-up round) so that their new owners
+get them. The member's lifecycle is an explicit state machine::
+
+    UNJOINED -> JOINING -> SYNCING -> STABLE <-> JOINING ...
+                              |  \\-> REVOKING -> JOINING (follow-up round)
+    (any) -> LEFT;  JOINING/SYNCING/REVOKING/STABLE -> UNJOINED when the group dropped us
 
 Asking for a rebalance (:meth:`GroupMember.request_rebalance`, KIP-441's probing
-rebalance). Kafka Streams calls ``enforceRebalance``; kafka-python has no public
-equivalent, and its ``request_rejoin`` is not enough here: on the test broker a rejoin
-without a membership change is answered with the previous assignment and generation
-(platform-facts.md), so the leader never plans again. The member therefore leaves and
-joins again (``unsubscribe()`` then ``subscribe()``, a new member id), a membership
-change that every broker answers with a full rebalance. Under the eager protocol this
-costs nothing extra: every member revokes all its tasks on any rebalance anyway. (A
-static member, ``group.instance.id``, sends no LeaveGroup; Kafka rebalances on its
-rejoin because its subscription user data changed.)
+rebalance). kafka-python has no public ``enforceRebalance``; a rejoin whose subscription
+is unchanged is answered with the previous assignment, without a rebalance, by Kafka (for
+a follower) and by the test broker (for anyone). Like Kafka Streams' ``uniqueField``, the
+subscription carries a counter this member bumps for every request, so the broker sees
+new metadata and rebalances the group, and no member has to leave for it.
+
+Threading: every method is called from the one processing thread; the assignor's
+callbacks run on kafka-python's IO thread and only record (see TaskAssignor). Every use
+of kafka-python's private API is in :mod:`worker.kafka.group_coordinator`.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 import kafka.errors as kerrors
 from kafka import KafkaConsumer
-from kafka.protocol.consumer import LeaveGroupRequest
+from kafka.future import Future
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment import planner
 from worker.assignment.model import Assignment, Subscription
+from worker.assignment.task_id import TaskId
 from worker.clock import Clock
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable, TaskMigrated, WorkerError
+from worker.errors import (
+    FatalError,
+    KafkaUnavailable,
+    RebalanceInProgress,
+    TaskMigrated,
+    WorkerError,
+)
+from worker.kafka import group_coordinator
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.observability import Metrics, get_logger
 
@@ -63,25 +83,10 @@ _PASSTHROUGH = {
 _UPPERCASE = {"security_protocol", "sasl_mechanism"}
 _MIGRATED = (
     kerrors.CommitFailedError,
-    kerrors.RebalanceInProgressError,
     kerrors.IllegalGenerationError,
     kerrors.UnknownMemberIdError,
     kerrors.FencedInstanceIdError,
 )
-
-
-class RebalanceListener(Protocol):
-    """The runtime's side of a rebalance. Both calls come on the thread calling ``poll``."""
-
-    def on_revoked(self) -> None:
-        """Eager protocol: everything is being taken away; commit and suspend all tasks.
-
-        Called before this member rejoins. A commit made here is still fenced by the old
-        generation; if the member was already thrown out, it raises TaskMigrated.
-        """
-
-    def on_assigned(self, assignment: Assignment) -> None:
-        """The new assignment, with ``generation`` filled in."""
 
 
 def kafka_python_config(settings: Settings) -> dict[str, Any]:
@@ -132,7 +137,15 @@ def planner_config(settings: Settings) -> planner.PlannerConfig:
 
 
 def translate(exc: Exception) -> WorkerError:
-    """Classify a kafka-python error by what the caller must do (the one place this happens)."""
+    """Classify a kafka-python error by what the caller must do (the one place this happens).
+
+    A rebalance in progress is not a lost generation: under the cooperative protocol the
+    member keeps its tasks through it (kafka-python reports the broker's answer wrapped in
+    CommitFailedError, and its own refusal to commit while joining unwrapped).
+    """
+    cause = exc.args[0] if isinstance(exc, kerrors.CommitFailedError) and exc.args else exc
+    if isinstance(cause, kerrors.RebalanceInProgressError):
+        return RebalanceInProgress(f"the group is rebalancing: {exc!r}")
     if isinstance(exc, _MIGRATED):
         return TaskMigrated(f"group membership moved on: {exc!r}")
     if isinstance(exc, kerrors.RetriableError | kerrors.KafkaConnectionError):
@@ -140,12 +153,61 @@ def translate(exc: Exception) -> WorkerError:
     return FatalError(f"group membership failed: {exc!r}")
 
 
+class MemberState(enum.Enum):
+    UNJOINED = "unjoined"
+    JOINING = "joining"
+    SYNCING = "syncing"
+    REVOKING = "revoking"
+    STABLE = "stable"
+    LEFT = "left"
+
+
+_M = MemberState
+# JOINING may end without a SYNCING seen: the state is sampled at each poll, and a broker
+# may answer a rejoin with the current generation at once.
+ALLOWED: dict[MemberState, frozenset[MemberState]] = {
+    _M.UNJOINED: frozenset({_M.JOINING, _M.LEFT}),
+    _M.JOINING: frozenset({_M.SYNCING, _M.STABLE, _M.REVOKING, _M.UNJOINED, _M.LEFT}),
+    _M.SYNCING: frozenset({_M.STABLE, _M.REVOKING, _M.JOINING, _M.UNJOINED, _M.LEFT}),
+    _M.REVOKING: frozenset({_M.JOINING, _M.UNJOINED, _M.LEFT}),
+    _M.STABLE: frozenset({_M.JOINING, _M.UNJOINED, _M.LEFT}),
+    _M.LEFT: frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    """A new assignment for this member (``generation`` filled in).
+
+    ``revoked``: the actives this member owned and no longer does. The runtime commits
+    and hands them over (recycled into a standby where the assignment keeps one, else
+    closed) while handling this message; the member joins again at its next ``poll``.
+    """
+
+    assignment: Assignment
+    revoked: frozenset[TaskId]
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The group went on without this member (its session expired, or it was fenced).
+
+    Every active it owned may already run elsewhere: its uncommitted work is void. The
+    member joins again by itself.
+    """
+
+    tasks: frozenset[TaskId]
+
+
+MembershipEvent = Assigned | Lost
+
+
 class GroupMember:
     """This process's membership of the application's group (group id = ``application.id``).
 
-    Lifecycle: ``start()`` once, then ``poll()`` on every loop iteration from ONE thread
-    (the listener is called on it), ``commit()``/``committed()`` from that same thread,
-    ``close()`` at the end (idempotent). Not thread-safe.
+    Lifecycle: ``start()`` once, then ``poll()`` on every loop iteration, ``commit()`` and
+    ``committed()`` when needed, ``close()`` at the end (idempotent), all from ONE thread.
+    None of them waits for a rebalance. Not thread-safe.
     """
 
     def __init__(
@@ -153,20 +215,20 @@ class GroupMember:
         settings: Settings,
         source_topics: Mapping[int, Sequence[str]],
         subscription: Callable[[], Subscription],
-        listener: RebalanceListener,
         metrics: Metrics,
         changelog_topics: Mapping[int, Sequence[str]] | None = None,
         end_offsets: EndOffsets | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """``changelog_topics`` (subtopology -> its stores' changelog topics) and
+        """``subscription`` is called at the start of every join, on the calling thread,
+        for what this member reports (its owned tasks and offset sums).
+        ``changelog_topics`` (subtopology -> its stores' changelog topics) and
         ``end_offsets`` (log-end offset per partition; may raise or answer partially) feed
         the leader's lag computation; ``clock`` gives the leader's wall clock for the
         probing time. See :class:`TaskAssignor`."""
         self._settings = settings
         self._topics = sorted({t for topics in source_topics.values() for t in topics})
         self._subscription = subscription
-        self._listener = listener
         self._metrics = metrics
         self._assignor = TaskAssignor(
             source_topics,
@@ -177,17 +239,42 @@ class GroupMember:
         )
         self._log = get_logger(component="membership", group=settings.application_id)
         self._consumer: KafkaConsumer | None = None
-        self._holding = False  # the listener holds an assignment it has not given back
-        self._joining = False  # on_revoked ran and the subscription is sent; join under way
-        self._closed = False
-        # Why a rebalance was asked for; cleared once a subscription snapshot taken after
-        # the request has been sent (that rebalance carries what the request was about).
-        self._rebalance_reason: str | None = None
-        # The broker's rebalance timeout is max.poll.interval.ms; a join never takes longer.
-        self._join_timeout_ms = settings.max_poll_interval_ms + settings.session_timeout_ms
+        self._state = MemberState.UNJOINED
+        self._join: Future | None = None  # the join under way on kafka-python's IO thread
+        self._join_generation = -1  # the generation the member was in when the join began
+        self._owned: frozenset[TaskId] = frozenset()  # actives of the latest assignment
+        self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
+        self._rebalance_requests = 0
+        self._publish_state()
+
+    @property
+    def state(self) -> MemberState:
+        return self._state
+
+    def _transition(self, target: MemberState, **why: Any) -> None:
+        if target is self._state:
+            return
+        if target not in ALLOWED[self._state]:
+            raise FatalError(f"group member: {self._state.value} -> {target.value} is not allowed")
+        self._log.info(
+            "membership.transition",
+            src=self._state.value,
+            dst=target.value,
+            generation=self.generation,
+            **why,
+        )
+        self._state = target
+        self._metrics.membership_transitions.labels(to=target.value).inc()
+        self._publish_state()
+
+    def _publish_state(self) -> None:
+        for state in MemberState:
+            self._metrics.membership_state.labels(state=state.value).set(
+                1 if state is self._state else 0
+            )
 
     def start(self, stale_member_id: str | None = None) -> None:
-        """Connect and subscribe with our assignor (eager); the join happens in ``poll``.
+        """Connect and subscribe with our assignor; the first join starts at ``poll``.
 
         ``stale_member_id``: the member id of this process's previous run, which was
         killed and so is still in the group until its session times out. Until then the
@@ -197,7 +284,7 @@ class GroupMember:
 
         Raises KafkaUnavailable when no broker answers within the bootstrap timeout.
         """
-        if self._consumer is not None or self._closed:
+        if self._consumer is not None or self._state is MemberState.LEFT:
             return
         try:
             consumer = KafkaConsumer(
@@ -207,39 +294,18 @@ class GroupMember:
         except kerrors.KafkaError as exc:
             raise translate(exc) from exc
         if stale_member_id and not self._settings.group_instance_id:
-            self._remove_stale_member(consumer, stale_member_id)
+            error = group_coordinator.leave_on_behalf(
+                consumer,
+                self._settings.application_id,
+                stale_member_id,
+                self._settings.session_timeout_ms,
+            )
+            self._log.info(
+                "membership.stale_member_removed", member_id=stale_member_id, error=error or None
+            )
         consumer.subscribe(topics=self._topics)
         self._consumer = consumer
         self._log.info("membership.started", topics=self._topics)
-
-    def _remove_stale_member(self, consumer: KafkaConsumer, member_id: str) -> None:
-        """Send LeaveGroup on behalf of our previous run's member. Best effort: on any
-        failure the join only takes longer (the session timeout), so it is logged only."""
-        coordinator = consumer._coordinator
-        timeout_ms = self._settings.session_timeout_ms
-        request = LeaveGroupRequest(
-            group_id=self._settings.application_id,
-            member_id=member_id,
-            members=[
-                LeaveGroupRequest.MemberIdentity(
-                    member_id=member_id, group_instance_id=None, reason="previous run killed"
-                )
-            ],
-        )
-
-        async def leave() -> Any:
-            future = coordinator._manager.send(request, node_id=coordinator.coordinator_id)
-            return await coordinator._manager.wait_for(future, timeout_ms)
-
-        try:
-            if not coordinator.ensure_coordinator_ready(timeout_ms=timeout_ms):
-                raise kerrors.CoordinatorNotAvailableError("no coordinator")
-            response = coordinator._net.run(leave)
-            codes = [response.error_code, *(m.error_code for m in response.members)]
-            error = next((kerrors.for_code(c).__name__ for c in codes if c), None)
-        except Exception as exc:  # best effort, see the docstring
-            error = repr(exc)
-        self._log.info("membership.stale_member_removed", member_id=member_id, error=error)
 
     @property
     def generation(self) -> int:
@@ -253,26 +319,27 @@ class GroupMember:
 
     @property
     def is_leader(self) -> bool:
-        """Whether this member planned the current generation (kafka-python tracks it)."""
-        return self._consumer is not None and bool(self._consumer._coordinator._is_leader)
+        """Whether this member planned the current generation."""
+        return self._consumer is not None and group_coordinator.is_leader(self._consumer)
 
     @property
     def coordinator_known(self) -> bool:
-        """Whether the member knows its group coordinator and is connected to it.
+        """Whether the coordinator is known and answering: False while the broker is away
+        (for readiness; see :func:`group_coordinator.coordinator_reachable`)."""
+        return self._consumer is not None and group_coordinator.coordinator_reachable(
+            self._consumer
+        )
 
-        False from the moment the heartbeat finds the connection gone, or a whole session
-        timeout passes without a heartbeat answered while the group is stable, until the
-        coordinator answers again: the broker is unreachable, for readiness. The second
-        case is checked here rather than left to kafka-python's heartbeat thread, which
-        waits on the unanswered heartbeat itself when packets are dropped and so never
-        gets to its own session check.
-        """
-        if self._consumer is None:
-            return False
-        coordinator = self._consumer._coordinator
-        if coordinator.coordinator_unknown():
-            return False
-        return not (coordinator.stable() and coordinator.heartbeat.session_timeout_expired())
+    @property
+    def can_commit(self) -> bool:
+        """Whether a commit fenced by the generation can be made now: the member holds the
+        assignment of its current generation (stable, or handing over revoked tasks)."""
+        return self._state in (MemberState.STABLE, MemberState.REVOKING)
+
+    @property
+    def rebalancing(self) -> bool:
+        """True from the start of a join until its assignment has been handed over."""
+        return self._state in (MemberState.JOINING, MemberState.SYNCING, MemberState.REVOKING)
 
     @property
     def assigned_partitions(self) -> frozenset[TP]:
@@ -281,59 +348,108 @@ class GroupMember:
             return frozenset()
         return frozenset((tp.topic, tp.partition) for tp in self._consumer.assignment())
 
-    def poll(self, timeout_ms: int) -> None:
-        """Keep the membership alive and carry out rebalances. Never returns records.
+    def poll(self) -> list[MembershipEvent]:
+        """Keep the membership alive and move rebalances on; never blocks. In order:
 
-        Returns at once while the group is stable. While joining it blocks until the
-        join completes (at most the rebalance timeout, ``max.poll.interval.ms``), even
-        when ``timeout_ms`` is shorter: kafka-python 3.0 discards a JoinGroup result
-        that arrives while nobody is inside ``poll`` and starts the join over, so a
-        loop that polls with short timeouts may never finish a rebalance. Blocking
-        costs nothing here: under the eager protocol every task is suspended until the
-        new assignment arrives. The rebalance protocol, in order:
+        1. Tell kafka-python the member is alive (its poll-interval timer).
+        2. A join under way: note when the JoinGroup was answered (SYNCING); when it has
+           finished, return :class:`Assigned` with the actives it took away (REVOKING,
+           the follow-up join starts at the next poll) or none (STABLE).
+        3. Stable or revoking, but the broker dropped this member from its generation:
+           return :class:`Lost` with every active it owned.
+        4. Start a join when one is due: the follow-up round after revoking, a rebalance
+           kafka-python learnt of (a heartbeat, metadata), or one this member asked for.
+           The subscription is snapshotted now, after the runtime handed over whatever
+           the previous assignment revoked, so it reports what this member really owns.
 
-        1. A rejoin is needed (a member came or went, we were thrown out, metadata
-           changed, or :meth:`request_rebalance` asked for one): if the listener holds
-           an assignment, ``on_revoked()``. For a requested one, then leave the group
-           and subscribe again (module doc).
-        2. Snapshot ``subscription()`` for the JoinGroup user data.
-        3. Join and sync (over as many ``poll`` calls as it takes).
-        4. Pause every assigned partition, then ``on_assigned(assignment)``.
-
-        Raises TaskMigrated/KafkaUnavailable/FatalError (see :func:`translate`),
-        UnsupportedVersion when the leader sent a format this worker cannot read, and
-        whatever the listener raises.
+        Raises TaskMigrated/KafkaUnavailable/FatalError (see :func:`translate`), and
+        UnsupportedVersion when the leader sent a format this worker cannot read.
         """
         consumer = self._require()
-        coordinator = consumer._coordinator
         try:
-            if self._rebalance_reason is not None and not (
-                self._joining or coordinator.need_rejoin()
-            ):
-                self._leave_and_rejoin(consumer)
-            if coordinator.need_rejoin():
-                self._prepare_join()
-                coordinator.poll(timeout_ms=max(timeout_ms, self._join_timeout_ms))
-            else:
-                coordinator.poll_heartbeat()
+            group_coordinator.keep_alive(consumer)
         except kerrors.KafkaError as exc:
+            self._log.warning("membership.heartbeat_failed", error=repr(exc))
+        if self._join is not None:
+            return self._follow_join()
+        if self._state in (MemberState.STABLE, MemberState.REVOKING) and (
+            group_coordinator.generation_lost(consumer)
+        ):
+            lost, self._owned = self._owned, frozenset()
+            self._transition(MemberState.UNJOINED, reason="dropped from the generation")
+            return [Lost(lost)]
+        self._maybe_join(consumer)
+        return []
+
+    def _follow_join(self) -> list[MembershipEvent]:
+        """Step 2."""
+        join = self._join
+        assert join is not None
+        if not join.is_done:
+            if self._state is MemberState.JOINING and self.generation != self._join_generation:
+                self._transition(MemberState.SYNCING)
+            return []
+        self._join = None
+        if join.failed():
+            exc = join.exception
+            if isinstance(exc, kerrors.KafkaError) and exc.retriable:
+                self._log.warning("membership.join_failed", error=repr(exc), retry=True)
+                return []  # still JOINING/SYNCING: the next poll starts the join again
             raise translate(exc) from exc
         assignment = self._assignor.take()
-        if assignment is not None:
-            self._deliver(consumer, assignment)
+        if assignment is None:
+            # The join ended without an assignment for us (kafka-python refused it, e.g.
+            # a topic vanished, and asked for a rejoin): join again at the next poll.
+            self._log.warning("membership.join_without_assignment")
+            return []
+        revoked = self._owned - assignment.active
+        self._owned = assignment.active
+        self._metrics.rebalances.inc()
+        self._log.info(
+            "membership.assigned",
+            generation=assignment.generation,
+            active=sorted(map(str, assignment.active)),
+            revoked=sorted(map(str, revoked)),
+            standby=len(assignment.standby),
+            warmup=len(assignment.warmup),
+        )
+        self._transition(MemberState.REVOKING if revoked else MemberState.STABLE)
+        return [Assigned(assignment, revoked)]
+
+    def _maybe_join(self, consumer: KafkaConsumer) -> None:
+        """Step 4."""
+        follow_up = self._state is MemberState.REVOKING
+        if not (
+            self._state is not MemberState.STABLE  # never joined, lost, failed, follow-up
+            or self._rebalance_reason is not None
+            or group_coordinator.needs_rejoin(consumer)
+        ):
+            return
+        reason = "follow-up" if follow_up else self._rebalance_reason
+        if reason is not None and reason != "follow-up":
+            self._rebalance_requests += 1
+            self._metrics.probing_rebalances.inc()
+        if follow_up:
+            self._metrics.follow_up_rebalances.inc()
+        group_coordinator.request_rejoin(consumer)
+        self._assignor.set_subscription(
+            replace(self._subscription(), rebalance_requests=self._rebalance_requests)
+        )
+        self._rebalance_reason = None  # this join carries everything the request was about
+        self._join_generation = self.generation
+        self._join = group_coordinator.start_join(consumer)
+        self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
 
     def request_rebalance(self, reason: str) -> None:
-        """Ask the whole group to rebalance, carried out at the next :meth:`poll`.
+        """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the
+        probing time came); carried out by a coming ``poll``.
 
-        For KIP-441 probing: a warmup caught up, or the probing time came. ``poll`` then
-        revokes (``on_revoked``), leaves the group and joins again with a fresh
-        subscription snapshot, which every broker answers with a full rebalance (module
-        doc). Idempotent until then (the latest reason is logged). A rebalance that starts
-        anyway before that takes its snapshot after the request and so satisfies it; a
-        request made while a join is under way waits for that join to finish. Ignored once
-        closed. Counts ``worker_probing_rebalances_total`` when carried out.
+        The next join's subscription carries a bumped request counter, which makes the
+        broker rebalance the group (module doc); nothing is revoked for it. Idempotent
+        until then; a join already under way is left to finish first. Ignored once left.
+        Counts ``worker_probing_rebalances_total`` when the join starts.
         """
-        if self._closed:
+        if self._state is MemberState.LEFT:
             return
         self._rebalance_reason = reason
         self._log.info("membership.rebalance_requested", reason=reason)
@@ -341,12 +457,15 @@ class GroupMember:
     def commit(self, offsets: Mapping[TP, int], timeout_ms: int | None = None) -> None:
         """Synchronously commit next-offsets-to-consume, fenced by the current generation.
 
-        Raises TaskMigrated when the group moved on (rebalance under way, generation or
-        member unknown) and KafkaUnavailable on timeouts or no coordinator.
+        Raises RebalanceInProgress while the group rebalances (retry once stable; every
+        task is still ours), TaskMigrated when the group went on without this member, and
+        KafkaUnavailable on timeouts or no coordinator.
         """
         if not offsets:
             return
         consumer = self._require()
+        if not self.can_commit:
+            raise RebalanceInProgress(f"the group member is {self._state.value}")
         request = {
             TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()
         }
@@ -370,7 +489,7 @@ class GroupMember:
         if timeout_ms is None:
             timeout_ms = int(consumer.config["request_timeout_ms"])
         try:
-            found = consumer._coordinator.fetch_committed_offsets(wanted, timeout_ms=timeout_ms)
+            found = group_coordinator.fetch_committed(consumer, wanted, timeout_ms)
         except kerrors.KafkaError as exc:
             raise translate(exc) from exc
         result: dict[TP, int | None] = {}
@@ -383,67 +502,21 @@ class GroupMember:
         """Stop the member; with ``leave`` send LeaveGroup so the rest rebalance at once.
 
         Without ``leave`` the group notices only when the session times out (what a crash
-        looks like). The listener is not called: the runtime shuts its tasks down itself.
-        Idempotent; errors while closing are logged, not raised.
+        looks like). Idempotent; errors while closing are logged, not raised.
         """
         consumer, self._consumer = self._consumer, None
-        self._closed = True
+        if self._state is not MemberState.LEFT:
+            self._transition(MemberState.LEFT, leave=leave)
         if consumer is None:
             return
         try:
             if leave:
                 consumer.close(autocommit=False, timeout_ms=self._settings.session_timeout_ms)
             else:
-                _close_without_leaving(consumer)
+                group_coordinator.close_without_leaving(consumer)
         except Exception as exc:  # closing must not mask the caller's error
             self._log.warning("membership.close_failed", error=repr(exc))
         self._log.info("membership.closed", left=leave)
-
-    def _prepare_join(self) -> None:
-        """Steps 1 and 2 of the protocol, once per rebalance."""
-        if self._joining:
-            return
-        self._revoke()
-        self._assignor.set_subscription(self._subscription())
-        self._rebalance_reason = None  # this join carries everything the request was about
-        self._joining = True
-        self._log.info("membership.joining")
-
-    def _revoke(self) -> None:
-        """Step 1: give the assignment back while still in the old generation (eager)."""
-        if self._holding:
-            self._holding = False
-            self._log.info("membership.revoking", generation=self.generation)
-            self._listener.on_revoked()
-
-    def _leave_and_rejoin(self, consumer: KafkaConsumer) -> None:
-        """A requested rebalance: revoke, leave, subscribe again (module doc).
-
-        Revoking comes first so the listener still commits in the old generation. The
-        request stays pending until ``_prepare_join`` takes the new snapshot, so a failure
-        here is retried at the next ``poll``.
-        """
-        reason = self._rebalance_reason
-        self._revoke()
-        self._log.info("membership.leaving_to_rebalance", reason=reason, member_id=self.member_id)
-        consumer.unsubscribe()
-        consumer.subscribe(topics=self._topics)
-        self._metrics.probing_rebalances.inc()
-
-    def _deliver(self, consumer: KafkaConsumer, assignment: Assignment) -> None:
-        """Step 4: make sure nothing is ever fetched, then hand the assignment over."""
-        consumer.pause(*consumer.assignment())
-        self._joining = False
-        self._holding = True
-        self._metrics.rebalances.inc()
-        self._log.info(
-            "membership.assigned",
-            generation=assignment.generation,
-            active=sorted(map(str, assignment.active)),
-            standby=len(assignment.standby),
-            warmup=len(assignment.warmup),
-        )
-        self._listener.on_assigned(assignment)
 
     def _group_metadata(self) -> tuple[int, str]:
         if self._consumer is None:
@@ -453,13 +526,6 @@ class GroupMember:
 
     def _require(self) -> KafkaConsumer:
         if self._consumer is None:
-            state = "closed" if self._closed else "not started"
+            state = "closed" if self._state is MemberState.LEFT else "not started"
             raise FatalError(f"group member is {state}")
         return self._consumer
-
-
-def _close_without_leaving(consumer: KafkaConsumer) -> None:
-    """Release sockets and the IO thread but send no LeaveGroup (kafka-python has no flag)."""
-    consumer._coordinator._close_heartbeat()
-    consumer._closed = True
-    consumer._client.close()

@@ -1,20 +1,25 @@
-"""The processing loop: poll the group -> restore a batch -> consume -> process -> maybe commit.
+"""The processing loop: membership messages -> restore a batch -> consume -> process -> commit.
 
-Each iteration does bounded work, so heartbeats, rebalances and commits keep their pace
-while tasks restore. The stop event is checked every iteration; an idle loop waits in the
-group member's poll, never in a sleep.
+Each iteration does bounded work and never waits for the group: a rebalance runs on the
+group member's own IO thread and reaches the loop as messages (:class:`Assigned`,
+:class:`Lost`), applied between two batches by ``on_membership``. Records keep flowing
+while the group rebalances; only commits wait for it, since they need a settled
+generation. A deferred commit lets the store buffers grow, up to
+``statestore.uncommitted.max.bytes``; beyond that the loop stops fetching (backpressure)
+until the commit can run, and drops nothing. The stop event is checked every iteration;
+an idle loop waits on it or in a fetch, never in a sleep.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.kafka.clients import DataConsumer, RecordCollector
-from worker.kafka.membership import GroupMember
+from worker.kafka.membership import GroupMember, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.runtime.probing import ProbeScheduler
 from worker.tasks.manager import TaskManager
@@ -33,6 +38,7 @@ class ProcessingLoop:
         clock: Clock,
         stop: threading.Event,
         metrics: Metrics,
+        on_membership: Callable[[Sequence[MembershipEvent]], None],
     ) -> None:
         self._settings = settings
         self._manager = manager
@@ -42,6 +48,7 @@ class ProcessingLoop:
         self._clock = clock
         self._stop = stop
         self._metrics = metrics
+        self._on_membership = on_membership
         self._log = get_logger(component="loop")
         self._commit_interval = settings.commit_interval_ms / 1000.0
         self._max_uncommitted = settings.statestore_uncommitted_max_bytes
@@ -50,6 +57,8 @@ class ProcessingLoop:
         self._clean_interval = min(60.0, max(1.0, settings.state_cleanup_delay_ms / 4000.0))
         self.on_iteration: Callable[[], None] = lambda: None
         self.probes = ProbeScheduler(settings.acceptable_recovery_lag, clock, metrics)
+        self.backpressure = False  # fetching stopped: buffers full, commit waiting on the group
+        self._deferred = False  # a due commit waits for the rebalance to end
 
     def run(self) -> None:
         """Iterate until the stop event is set. Raises fatal errors to the worker."""
@@ -58,18 +67,26 @@ class ProcessingLoop:
         poll_s = self._settings.poll_ms / 1000.0
         while not self._stop.is_set():
             manager = self._manager
+            events = self._member.poll()
+            if events:
+                self._on_membership(events)
             reading = manager.reading_changelogs()
-            busy = reading or bool(self._consumer.assigned)
-            self._member.poll(timeout_ms=0 if busy else self._settings.poll_ms)
+            consuming = bool(self._consumer.assigned) and not self.backpressure
             if reading:
-                manager.restore_step(timeout=0.0 if self._consumer.assigned else poll_s)
-            messages = self._consumer.consume(CONSUME_BATCH, 0.0 if manager.restoring() else poll_s)
-            if messages:
-                manager.process(messages)
+                manager.restore_step(timeout=0.0 if consuming else poll_s)
+            if consuming:
+                messages = self._consumer.consume(
+                    CONSUME_BATCH, 0.0 if manager.restoring() else poll_s
+                )
+                if messages:
+                    manager.process(messages)
+            elif not reading:
+                self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
             self._collector.poll()
             now = self._clock.monotonic()
-            if now - last_commit >= self._commit_interval or self._over_memory_bound():
-                self._commit()
+            over = self._over_memory_bound()
+            due = now - last_commit >= self._commit_interval or over
+            if due and self._try_commit(over):
                 last_commit = now
             self.probes.check(manager, self._member)
             if now >= next_clean:
@@ -82,11 +99,34 @@ class ProcessingLoop:
         self._metrics.uncommitted_bytes.set(pending)
         return self._max_uncommitted >= 0 and pending > self._max_uncommitted
 
-    def _commit(self) -> None:
+    def _try_commit(self, over_bound: bool) -> bool:
+        """Commit if the group allows it now; else defer (and stop fetching when full).
+
+        Returns True when the commit ran (successfully or not: a failed commit revives
+        the tasks, and retrying at once would not help).
+        """
+        if not self._member.can_commit:
+            if not self._deferred:
+                self._deferred = True
+                self._log.info("commit.deferred", member=self._member.state.value)
+            self._set_backpressure(over_bound)
+            return False
+        self._deferred = False
+        self._set_backpressure(False)
         try:
             self._manager.commit()
         except TaskMigrated as exc:
-            # Another member owns our tasks now: our uncommitted work is void. Close the
-            # tasks dirty; the rebalance the member is already in gives them back or not.
+            # The group went on without us: our actives' uncommitted work is void. The
+            # member notices too and joins again; the next assignment starts over.
             self._log.warning("commit.migrated", error=str(exc))
-            self._manager.drop_all_dirty()
+            self._manager.on_lost()
+        return True
+
+    def _set_backpressure(self, on: bool) -> None:
+        if on is self.backpressure:
+            return
+        self.backpressure = on
+        self._log.info(
+            "loop.backpressure" if on else "loop.backpressure_released",
+            pending_bytes=self._manager.pending_bytes(),
+        )

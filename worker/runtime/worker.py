@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from worker.assignment.model import Assignment, Subscription
+from worker.assignment.model import Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
-from worker.errors import TaskMigrated
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.kafka.clients import (
@@ -25,7 +25,7 @@ from worker.kafka.clients import (
     RestoreConsumer,
     fetch_high_watermarks,
 )
-from worker.kafka.membership import GroupMember
+from worker.kafka.membership import GroupMember, Lost, MembershipEvent
 from worker.kafka.topics import TopicWatch, prepare_topics
 from worker.kafka.transactions import TransactionalCollector, group_metadata
 from worker.observability import Metrics, get_logger
@@ -193,12 +193,10 @@ class Worker:
             restore_consumer, self.metrics, settings.restore_batch_records, self.clock
         )
         self._lag = reader.lag
-        listener = _Listener(self)
         member = GroupMember(
             settings,
             self.topology.source_topics_by_subtopology(),
             lambda: self._subscription(state_dir),
-            listener,
             self.metrics,
             changelog_topics=self.topology.changelog_topics_by_subtopology(settings.application_id),
             end_offsets=admin.end_offsets,
@@ -217,7 +215,15 @@ class Worker:
         self._manager = manager
         self._member = member
         loop = ProcessingLoop(
-            settings, manager, member, consumer, collector, self.clock, self._stop, self.metrics
+            settings,
+            manager,
+            member,
+            consumer,
+            collector,
+            self.clock,
+            self._stop,
+            self.metrics,
+            on_membership=self._on_membership,
         )
         loop.on_iteration = self._on_iteration
         self._probes = loop.probes
@@ -286,11 +292,12 @@ class Worker:
         self._check_broker()
         if self._topic_watch is not None:
             self._topic_watch.check(time.monotonic())
-        if self._fsm.state is WorkerState.RUNNING and manager.restoring():
+        settled = self._assigned and not manager.restoring()
+        if settled and self._member is not None and self._member.rebalancing:
+            settled = False
+        if self._fsm.state is WorkerState.RUNNING and not settled:
             self._set_state(WorkerState.REBALANCING)
-        elif (
-            self._fsm.state is WorkerState.REBALANCING and self._assigned and manager.all_running()
-        ):
+        elif self._fsm.state is WorkerState.REBALANCING and settled and manager.all_running():
             self._set_state(WorkerState.RUNNING)
         elif time.monotonic() - self._status.published >= REFRESH_SECONDS:
             self._publish()  # fresh offsets and lags for /tasks and interactive queries
@@ -316,14 +323,21 @@ class Worker:
             self._log.warning("broker.unreachable", bootstrap=self.settings.bootstrap_servers)
         self._publish()
 
-    def _on_assigned(self, assignment: Assignment) -> None:
+    def _on_membership(self, events: Sequence[MembershipEvent]) -> None:
+        """Apply what the group member reports, in order (on the processing thread)."""
         assert self._manager is not None
-        self._routing = self._routing.with_assignment(assignment)  # published by on_change
-        self._manager.on_assigned(assignment)
-        if self._probes is not None:
-            self._probes.on_assignment(assignment)
-        self._assigned = True
-        self._remember_member_id()
+        for event in events:
+            if isinstance(event, Lost):
+                self._log.warning("membership.lost", tasks=sorted(map(str, event.tasks)))
+                self._manager.on_lost()
+                continue
+            assignment = event.assignment
+            self._routing = self._routing.with_assignment(assignment)  # published by on_change
+            self._manager.on_assigned(assignment)
+            if self._probes is not None:
+                self._probes.on_assignment(assignment)
+            self._assigned = True
+            self._remember_member_id()
 
     def _remember_member_id(self) -> None:
         """Keep the member id in the state dir, so that a run after a crash can remove
@@ -332,18 +346,6 @@ class Worker:
         if member_id and member_id != self._saved_member_id and self._state_dir is not None:
             self._state_dir.save_member_id(member_id)
             self._saved_member_id = member_id
-
-    def _on_revoked(self) -> None:
-        assert self._manager is not None
-        if self._fsm.state is WorkerState.RUNNING:
-            self._set_state(WorkerState.REBALANCING)
-        try:
-            self._manager.on_revoked()
-        except TaskMigrated as exc:
-            # Thrown out of the group before we could commit: the uncommitted work is
-            # void (another member may own the tasks now). Drop it; the join goes on.
-            self._log.warning("revoke.migrated", error=str(exc))
-            self._manager.drop_all_dirty()
 
     def _subscription(self, state_dir: StateDirectory) -> Subscription:
         manager = self._manager
@@ -360,16 +362,3 @@ class Worker:
                 TaskRole.STANDBY, TaskRole.WARMUP, TaskRole.INITIAL_STANDBY
             ),
         )
-
-
-class _Listener:
-    """Adapts the group member's callbacks to the worker (both run on the loop thread)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def on_revoked(self) -> None:
-        self._worker._on_revoked()
-
-    def on_assigned(self, assignment: Assignment) -> None:
-        self._worker._on_assigned(assignment)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from worker.errors import KafkaUnavailable, WorkerError
+from worker.errors import KafkaUnavailable, RebalanceInProgress, WorkerError
 from worker.kafka.clients import ProduceFailed, RecordCollector
 from worker.kafka.transactions import TransactionalCollector, TransactionFailed
 from worker.tasks.task import Task
@@ -63,7 +63,8 @@ class AtLeastOnceCommit:
     1. produce every running task's buffered store changes to its changelogs;
     2. flush the producer: every changelog and output record acknowledged;
     3. write each store's buffer with its acked changelog offset in one batch;
-    4. commit the source offsets through the group member (fenced by generation).
+    4. commit the source offsets through the group member (fenced by generation); when
+       the group has just begun rebalancing they stay pending for the next commit.
 
     A crash before 3 leaves the stores at the previous commit (the changelog tail is
     restored on restart); a crash between 3 and 4 reprocesses some input (at least once).
@@ -89,6 +90,10 @@ class AtLeastOnceCommit:
         if offsets:
             try:
                 self._committer.commit(offsets)
+            except RebalanceInProgress:
+                # The group started a rebalance since the loop checked: the stores are
+                # committed, the source offsets stay pending and go with the next commit.
+                return {}
             except KafkaUnavailable as exc:
                 raise CommitFailed("offset_commit_failed", str(exc)) from exc
         return offsets

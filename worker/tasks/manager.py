@@ -11,7 +11,13 @@ from typing import Any
 
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
-from worker.errors import KafkaUnavailable, TaskCorrupted, TopologyError, WorkerError
+from worker.errors import (
+    KafkaUnavailable,
+    TaskCorrupted,
+    TaskMigrated,
+    TopologyError,
+    WorkerError,
+)
 from worker.kafka.clients import DataConsumer, ProduceFailed
 from worker.kafka.transactions import TransactionFailed
 from worker.observability import get_logger
@@ -54,7 +60,6 @@ class TaskManager:
         self._committer = committer
         self.tasks: dict[TaskId, Task] = {}
         self._route: dict[TP, Task] = {}
-        self._was_running: set[TaskId] = set()
         self._high_watermarks = high_watermarks
         self._commit_protocol: CommitProtocol = commit_protocol or AtLeastOnceCommit(
             ctx.collector, committer, ctx.settings.commit_timeout_s
@@ -70,31 +75,28 @@ class TaskManager:
 
     # -- assignment ------------------------------------------------------------------
 
-    def on_revoked(self) -> None:
-        """Eager rebalance: commit everything, then suspend every task (state stays open)."""
-        self.commit()
-        self._was_running = {
-            tid for tid, t in self.tasks.items() if t.is_active and t.state is TaskState.RUNNING
-        }
-        for task in self.tasks.values():
-            if task.state in (TaskState.RUNNING, TaskState.RESTORING):
-                self._stop_inputs(task)
-                task.transition(TaskState.SUSPENDED, "revoked")
-        self.on_change()
-
     def on_assigned(self, assignment: Assignment) -> None:
-        """Apply an assignment, reusing every open task whose id is still assigned.
+        """Apply an assignment (cooperative): a task it leaves in its role is not touched.
 
-        1. Close (clean, checkpoint written) the tasks no longer assigned in any role,
+        1. Hand over the actives this instance lost: one commit of every running active
+           (under exactly-once they share the open transaction), then stop them. Done
+           while the member still holds the new generation's assignment, before its
+           follow-up join, so their new owners start from what was committed here.
+        2. Close (clean, checkpoint written) the tasks no longer assigned in any role,
            initial standbys included: the cleaner removes their directories later.
-        2. Recycle the kept ones into their new role, keeping their open stores: an
-           active turned standby tails from its committed offsets; a standby, warmup or
-           initial standby turned active restores only what it is behind.
-        3. Open the new ones, check their stored offsets against the changelogs, start.
+        3. Recycle the tasks whose role changed, keeping their open stores: an active
+           turned standby tails from its committed offsets; a standby, warmup or initial
+           standby turned active restores only what it is behind.
+        4. Open the new ones, check their stored offsets against the changelogs, start.
         """
         if self._first_assignment_at is None:
             self._first_assignment_at = self._ctx.clock.monotonic()
         roles = _roles(assignment)
+        revoked = [
+            t for t in self.tasks.values() if t.is_active and roles.get(t.id) is not TaskRole.ACTIVE
+        ]
+        if revoked:
+            self._hand_over(revoked)
         for task_id in sorted(set(self.tasks) - set(roles)):
             self._close(self.tasks.pop(task_id), clean=True)
         created: list[Task] = []
@@ -106,13 +108,11 @@ class TaskManager:
                     created.append(task)
             elif task.role is TaskRole.INITIAL_STANDBY:
                 self._recycle_initial_standby(task, role)
-            elif task.state is TaskState.SUSPENDED:
-                resumed = role is TaskRole.ACTIVE and task.id in self._was_running
-                task.recycle(role)
-                self._start(task, resumed)
+            elif task.role is not role or task.state is TaskState.SUSPENDED:
+                self._change_role(task, role)
         self._check_offsets(created)
         for task in created:
-            self._start(task, resumed=False)
+            self._start(task)
         self._publish_kinds()
         self._log.info(
             "assignment.applied",
@@ -120,7 +120,50 @@ class TaskManager:
             active=sorted(map(str, assignment.active)),
             standby=sorted(map(str, assignment.standby)),
             warmup=sorted(map(str, assignment.warmup)),
+            revoked=sorted(str(t.id) for t in revoked),
         )
+        self.on_change()
+
+    def _hand_over(self, revoked: list[Task]) -> None:
+        """Step 1: commit, then stop the revoked actives (they stay open for step 3)."""
+        try:
+            self.commit()
+        except TaskMigrated as exc:
+            # The group went on without us meanwhile: no active of ours is ours any more.
+            self._log.warning("revoke.migrated", error=str(exc))
+            self.on_lost()
+            return
+        for task in revoked:
+            self._stop_inputs(task)
+            task.discard_uncommitted()  # empty after a commit; void after a failed one
+            if task.state is not TaskState.SUSPENDED:
+                task.transition(TaskState.SUSPENDED, "revoked")
+
+    def _change_role(self, task: Task, role: TaskRole) -> None:
+        """Step 3: stop what the task reads in its old role, recycle, start again."""
+        if task.state is not TaskState.SUSPENDED:
+            self._stop_inputs(task)
+            task.transition(TaskState.SUSPENDED, f"becomes {role.value}")
+        task.recycle(role)
+        self._start(task)
+
+    def on_lost(self) -> None:
+        """The group went on without this instance: every active may run elsewhere now.
+
+        Their uncommitted work is void (under exactly-once the open transaction is
+        aborted first), so they close dirty; standbys stay, their copies are still good.
+        The member joins again by itself and the next assignment starts over.
+        """
+        actives = sorted(t for t, task in self.tasks.items() if task.is_active)
+        if not actives:
+            return
+        self._commit_protocol.abort()
+        for task_id in actives:
+            task = self.tasks.pop(task_id)
+            task.discard_uncommitted()
+            self._close(task, clean=False)
+        self._publish_kinds()
+        self._log.warning("tasks.lost", tasks=[str(t) for t in actives])
         self.on_change()
 
     def _publish_kinds(self) -> None:
@@ -164,7 +207,7 @@ class TaskManager:
         into = "active" if role is TaskRole.ACTIVE else "standby"
         self._ctx.metrics.initial_standbys_recycled.labels(into=into).inc()
         task.log.info("initial_standby.recycled", into=role.value)
-        self._start(task, resumed=False)
+        self._start(task)
 
     def _open(self, task_id: TaskId, role: TaskRole) -> Task | None:
         """Create and open a task; a store that cannot be read is wiped and reopened empty."""
@@ -216,14 +259,11 @@ class TaskManager:
         for task_id in removed:
             self._log.info("state.cleaned", task_id=str(task_id))
 
-    def _start(self, task: Task, resumed: bool) -> None:
-        """Actives restore (or resume processing at once); standbys start tailing."""
+    def _start(self, task: Task) -> None:
+        """Actives restore what they are behind, then process; standbys start tailing."""
         if not task.is_active:
             task.transition(TaskState.RUNNING, "tailing")
             self._reader.register(task, standby=True)
-        elif resumed:
-            task.transition(TaskState.RUNNING, "resumed")
-            self._start_inputs(task)
         else:
             task.transition(TaskState.RESTORING)
             self._reader.register(task)
@@ -406,7 +446,7 @@ class TaskManager:
             task.discard_uncommitted()
             task.transition(TaskState.SUSPENDED, f"revived: {reason}")
             self._ctx.metrics.task_revivals.labels(reason=reason).inc()
-            self._start(task, resumed=False)
+            self._start(task)
         self.on_change()
 
     def _checkpoint_standbys(self) -> None:
@@ -420,12 +460,6 @@ class TaskManager:
         for task_id in sorted(self.tasks):
             self._close(self.tasks.pop(task_id), clean)
         self._publish_kinds()
-
-    def drop_all_dirty(self) -> None:
-        """After losing group ownership: discard uncommitted work and close every task."""
-        for task in self.tasks.values():
-            task.discard_uncommitted()
-        self.close_all(clean=False)
 
     # -- what this instance reports when it joins ------------------------------------
 

@@ -27,7 +27,6 @@ def roles(
 
 
 def rebalance(h: Harness, assignment: Assignment) -> None:
-    h.manager.on_revoked()
     h.manager.on_assigned(assignment)
 
 

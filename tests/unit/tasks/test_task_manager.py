@@ -23,6 +23,7 @@ from tests.unit.tasks.conftest import (
     assignment,
     encode,
 )
+from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
 from worker.errors import KafkaUnavailable
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
@@ -53,8 +54,7 @@ def running(h: Harness, *task_ids: TaskId) -> list[Task]:
 
 
 def rebalance(h: Harness, *task_ids: TaskId) -> None:
-    """An eager rebalance: revoke everything, then receive ``task_ids``."""
-    h.manager.on_revoked()
+    """A new assignment (cooperative: nothing is revoked ahead of it): ``task_ids``."""
     h.manager.on_assigned(assignment(*task_ids))
 
 
@@ -344,57 +344,56 @@ def test_a_task_wiped_at_open_processes_records_once_restored(harness: Harness) 
 # -- rebalances ----------------------------------------------------------------------
 
 
-def test_on_revoked_commits_then_suspends_every_task_and_stops_its_inputs(
-    harness: Harness,
-) -> None:
-    (t1,) = running(harness, T01)
-    rebalance(harness, T01, T02)  # T02 stays RESTORING: nobody steps the reader
-    t2 = harness.manager.tasks[T02]
-    events(harness, T01, "a")
-    assert t2.state is TaskState.RESTORING
-
-    harness.manager.on_revoked()
-
-    assert t1.stores[COUNTS].get_committed(b"a") == b"1"
-    assert harness.committer.commits == [{ev(T01): 1}]
-    assert (t1.state, t2.state) == (TaskState.SUSPENDED, TaskState.SUSPENDED)
-    assert harness.consumer.assigned == frozenset()
-    assert harness.restore_consumer.assigned == frozenset()
-    assert not harness.manager.restoring()
-    assert not t1.stores[COUNTS].closed  # suspended tasks keep their state open
-
-
-def test_on_assigned_closes_lost_tasks_resumes_kept_ones_and_creates_new_ones(
+def test_a_revoked_active_is_committed_and_closed_while_a_kept_one_runs_on_untouched(
     harness: Harness,
 ) -> None:
     t0, t1 = running(harness, T00, T01)
     events(harness, T00, "a", "b")
     events(harness, T01, "c")
+    transitions = harness.metric("worker_task_transitions_total", to="suspended")
+    added = len(harness.consumer.added)
 
     rebalance(harness, T01, T02)
 
-    # Lost: closed cleanly, checkpoint written, lock released.
+    # Revoked: committed first (with everything else running), then closed cleanly.
+    assert harness.committer.commits == [{ev(T00): 2, ev(T01): 1}]
     assert T00 not in harness.manager.tasks
     assert t0.state is TaskState.CLOSED
     assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 1}
     assert harness.state_dir.task_lock_owner(T00) is None
-    assert harness.state_dir.lock_task(T00, "another owner")
-    # Kept: the same task object, running again from the committed offsets.
+    # Kept: the same task object, never suspended, its input never re-assigned.
     assert harness.manager.tasks[T01] is t1
     assert t1.state is TaskState.RUNNING
+    assert harness.metric("worker_task_transitions_total", to="suspended") == transitions + 1
     assert harness.consumer.assigned == {ev(T01), lb(T01)}
-    assert harness.consumer.positions[ev(T01)] == 1
+    assert len(harness.consumer.added) == added, "the kept task's input was not touched"
+    events(harness, T01, "c")
+    assert dict(t1.stores[COUNTS].pending()) == {b"c": b"2"}
     # New: created and restoring.
     assert harness.manager.tasks[T02].state is TaskState.RESTORING
     assert harness.restore_consumer.assigned == {cl(T02), lb(T02)}
     assert harness.metric("worker_tasks", kind="active") == 2
 
 
-def test_a_kept_task_that_was_restoring_goes_back_to_restoring(harness: Harness) -> None:
-    harness.assign(T01)
+def test_an_assignment_that_keeps_every_task_commits_nothing_and_stops_nothing(
+    harness: Harness,
+) -> None:
+    (task,) = running(harness, T01)
+    events(harness, T01, "a")
+
     rebalance(harness, T01)
 
+    assert harness.committer.commits == []
+    assert task.state is TaskState.RUNNING
+    assert dict(task.stores[COUNTS].pending()) == {b"a": b"1"}, "uncommitted work kept"
+
+
+def test_a_kept_task_that_is_restoring_keeps_restoring(harness: Harness) -> None:
+    harness.assign(T01)
     task = harness.manager.tasks[T01]
+    rebalance(harness, T01)
+
+    assert harness.manager.tasks[T01] is task
     assert task.state is TaskState.RESTORING
     assert harness.restore_consumer.assigned == {cl(T01), lb(T01)}
     assert harness.consumer.assigned == frozenset()
@@ -414,17 +413,20 @@ def test_close_all_closes_every_task_cleanly_with_checkpoints(harness: Harness) 
     assert harness.metric("worker_tasks", kind="active") == 0
 
 
-def test_drop_all_dirty_discards_uncommitted_work_and_writes_no_checkpoint(
-    harness: Harness,
-) -> None:
+def test_losing_the_group_closes_actives_dirty_and_keeps_standbys(harness: Harness) -> None:
     (task,) = running(harness, T01)
+    harness.manager.on_assigned(
+        Assignment(frozenset({T01}), frozenset({T02}), frozenset(), {}, {}, generation=2)
+    )
     events(harness, T01, "a")
 
-    harness.manager.drop_all_dirty()
+    harness.manager.on_lost()
 
     assert task.state is TaskState.CLOSED
     assert harness.committer.commits == []
     assert not harness.state_dir.checkpoint_path(T01).exists()
+    assert set(harness.manager.tasks) == {T02}
+    assert harness.manager.tasks[T02].state is TaskState.RUNNING
 
 
 # -- offset sums ---------------------------------------------------------------------
