@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import confluent_kafka as ck
+import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.processes import WorkerProcess
@@ -157,6 +158,18 @@ def start_worker(
         name=name,
     )
     return run.own(worker.start, worker.close)
+
+
+def readyz_tasks(worker: WorkerProcess) -> list[dict[str, Any]]:
+    """The tasks ``/readyz`` lists (task_id, kind, state); empty while the worker does not
+    answer."""
+    try:
+        code, body = worker.get("/readyz")
+    except OSError:
+        return []
+    if code not in (200, 503):
+        return []
+    return list(orjson.loads(body)["tasks"])
 
 
 def stop_worker(worker: WorkerProcess, timeout: float = 30.0) -> None:
@@ -332,6 +345,85 @@ def read_timestamps(
     finally:
         consumer.close()
     return found
+
+
+class SteadyProducer:
+    """Produces ``rate`` records a second to ``topic`` in 100 ms ticks on a thread, until
+    closed. ``records(count, start)`` makes the next ``count`` records, numbered from
+    ``start`` (the number sent so far)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        records: Callable[[int, int], Iterable[Record]],
+        rate: int,
+    ) -> None:
+        self._producer = bulk_producer(bootstrap)
+        self._topic = topic
+        self._records = records
+        self._per_tick = max(1, rate // 10)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"produce-{topic}", daemon=True)
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            next_tick = time.monotonic()
+            while not self._stop.is_set():
+                for key, value in self._records(self._per_tick, self.sent):
+                    self._producer.produce(self._topic, value, key)
+                self.sent += self._per_tick
+                self._producer.poll(0)
+                next_tick += 0.1
+                self._stop.wait(max(0.0, next_tick - time.monotonic()))  # pacing, not a condition
+        except BaseException as exc:  # reported by close()
+            self.error = exc
+
+    def start(self) -> SteadyProducer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop, flush what was produced; idempotent. Raises what the thread raised."""
+        self._stop.set()
+        self._thread.join(30)
+        self._producer.flush(30)
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise BenchmarkFailed(f"producer to {self._topic} failed: {error!r}")
+
+
+def side_by_side(calls: Mapping[str, Callable[[], T]]) -> dict[str, T]:
+    """Run the calls on daemon threads at once; their results in the calls' order, or
+    the first failure raised.
+
+    Joined with a timeout so a signal reaches the main thread at once; if it stops the
+    run, the context's clean-up stops every process (the threads then fail fast or die
+    with the interpreter: they are daemons).
+    """
+    results: dict[str, T] = {}
+    errors: list[BaseException] = []
+
+    def call(label: str, fn: Callable[[], T]) -> None:
+        try:
+            results[label] = fn()
+        except BaseException as exc:  # handed to the main thread below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=call, args=item, name=item[0], daemon=True)
+        for item in calls.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]
+    return {label: results[label] for label in calls}
 
 
 # -- samplers ----------------------------------------------------------------------------

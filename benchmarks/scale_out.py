@@ -24,23 +24,19 @@ the window's edges included: output-side evidence, whoever owned the task. The r
 from __future__ import annotations
 
 import statistics
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
-
-import orjson
 
 from benchmarks import plots
 from benchmarks.harness import (
-    BenchmarkFailed,
     RunContext,
-    bulk_producer,
+    SteadyProducer,
     log_time,
     new_application_id,
     read_timestamps,
+    readyz_tasks,
+    side_by_side,
     start_broker,
     start_worker,
     stop_worker,
@@ -57,7 +53,6 @@ from benchmarks.workload import (
     totals_changelog,
 )
 from tests.support.processes import WorkerProcess
-from worker.dev import sample_data
 from worker.examples import payments as app
 
 NAME = "scale_out"
@@ -111,45 +106,6 @@ class ModeOutcome:
     warmup_seconds: float | None  # newcomer's first assignment to its warmup probe request
 
 
-class SteadyPayments:
-    """Produces ``rate`` payments a second in 100 ms ticks on a thread, until closed."""
-
-    def __init__(self, bootstrap: str, accts: list[sample_data.Account], rate: int) -> None:
-        self._producer = bulk_producer(bootstrap)
-        self._accts = accts
-        self._per_tick = max(1, rate // 10)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="payments", daemon=True)
-        self.sent = 0
-        self.error: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            next_tick = time.monotonic()
-            while not self._stop.is_set():
-                for key, value in payment_records(self._accts, self._per_tick, start=self.sent):
-                    self._producer.produce(app.PAYMENTS, value, key)
-                self.sent += self._per_tick
-                self._producer.poll(0)
-                next_tick += 0.1
-                self._stop.wait(max(0.0, next_tick - time.monotonic()))  # pacing, not a condition
-        except BaseException as exc:  # reported by close()
-            self.error = exc
-
-    def start(self) -> SteadyPayments:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop, flush what was produced; idempotent. Raises what the thread raised."""
-        self._stop.set()
-        self._thread.join(30)
-        self._producer.flush(30)
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise BenchmarkFailed(f"payment producer failed: {error!r}")
-
-
 def run(ctx: RunContext, params: Params) -> Result:
     result = Result(NAME, TITLE)
     labels = [
@@ -158,7 +114,7 @@ def run(ctx: RunContext, params: Params) -> Result:
         for mode in MODES
     ]
     if params.parallel_modes:
-        outcomes = _side_by_side(
+        outcomes = side_by_side(
             {label: partial(_run_mode, ctx, params, label, MODES[mode]) for label, mode in labels}
         )
     else:
@@ -220,37 +176,6 @@ def _reading(by_mode: dict[str, list[ModeOutcome]]) -> str:
         "the probing rebalance. Without warmups the moved tasks also wait for their cold "
         f"restore (up to {cold:.1f}s here), so their worst stall is {worst_off:.1f}s."
     )
-
-
-def _side_by_side(calls: dict[str, Callable[[], ModeOutcome]]) -> dict[str, ModeOutcome]:
-    """Run the calls on daemon threads at once; their results in the calls' order, or
-    the first failure raised.
-
-    Joined with a timeout so a signal reaches the main thread at once; if it stops the
-    run, the context's clean-up stops every process (the threads then fail fast or die
-    with the interpreter: they are daemons).
-    """
-    results: dict[str, ModeOutcome] = {}
-    errors: list[BaseException] = []
-
-    def call(label: str, fn: Callable[[], ModeOutcome]) -> None:
-        try:
-            results[label] = fn()
-        except BaseException as exc:  # handed to the main thread below
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=call, args=item, name=item[0], daemon=True)
-        for item in calls.items()
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)
-    if errors:
-        raise errors[0]
-    return {label: results[label] for label in calls}
 
 
 def _mode_table(outcomes: dict[str, ModeOutcome]) -> str:
@@ -323,7 +248,12 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
     )
     first = start_worker(ctx, f"{tag}-first", settings)
     first.wait_ready(params.timeout)
-    payments = SteadyPayments(bootstrap, accts, params.rate)
+    payments = SteadyProducer(
+        bootstrap,
+        app.PAYMENTS,
+        lambda count, start: payment_records(accts, count, start=start),
+        params.rate,
+    )
     ctx.own(payments.start, payments.close)
     wait_for(
         lambda: first.metric("worker_processed_records_total") > 0,
@@ -376,21 +306,10 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
     )
 
 
-def _task_kinds(worker: WorkerProcess) -> list[dict[str, Any]]:
-    """The tasks ``/readyz`` lists (id, kind, state); empty while the worker does not answer."""
-    try:
-        code, body = worker.get("/readyz")
-    except OSError:
-        return []
-    if code not in (200, 503):
-        return []
-    return list(orjson.loads(body)["tasks"])
-
-
 def _balanced(first: WorkerProcess, second: WorkerProcess) -> bool:
     """Each worker runs two active tasks (processing, not restoring) and no warmup."""
     for worker in (first, second):
-        tasks = _task_kinds(worker)
+        tasks = readyz_tasks(worker)
         running = [t for t in tasks if t["kind"] == "active" and t["state"] == "running"]
         if len(running) != EXAMPLE_PARTITIONS // 2 or any(t["kind"] == "warmup" for t in tasks):
             return False
