@@ -30,6 +30,8 @@ from worker.kafka.topics import TopicWatch, prepare_topics
 from worker.kafka.transactions import TransactionalCollector, group_metadata
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
+from worker.runtime.availability import AvailabilityTracker
+from worker.runtime.input_watch import InputWatch, LoopConditions
 from worker.runtime.loop import ProcessingLoop
 from worker.runtime.probing import ProbeScheduler
 from worker.runtime.shutdown import ShutdownWatchdog
@@ -84,6 +86,9 @@ class Worker:
         self._probes: ProbeScheduler | None = None
         self._routing = Routing()  # for queries: endpoint, host maps, tasks per sub-topology
         self._lag: LagFn = no_lag
+        self._availability = AvailabilityTracker(self.metrics, self.clock)
+        self._inputs: InputWatch | None = None
+        self._loop: ProcessingLoop | None = None
         self._member: GroupMember | None = None
         self._state_dir: StateDirectory | None = None
         self._saved_member_id: str | None = None
@@ -106,7 +111,11 @@ class Worker:
     def _publish(self) -> None:
         tasks: tuple[TaskStatus, ...] = ()
         if self._manager is not None:
-            tasks = tuple(task_status(t, self._lag) for t in self._manager.tasks.values())
+            unavailable = self._availability.unavailable_seconds
+            tasks = tuple(
+                task_status(t, self._lag, unavailable(str(t.id)))
+                for t in self._manager.tasks.values()
+            )
         now = time.monotonic()
         self._status = Status(
             self._fsm.state,
@@ -227,6 +236,8 @@ class Worker:
         )
         loop.on_iteration = self._on_iteration
         self._probes = loop.probes
+        self._loop = loop
+        self._inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, self.clock)
         clean = False
         try:
             if settings.initial_standbys_enabled:
@@ -290,6 +301,7 @@ class Worker:
         if manager is None:
             return
         self._check_broker()
+        self._observe_availability(manager)
         if self._topic_watch is not None:
             self._topic_watch.check(time.monotonic())
         settled = self._assigned and not manager.restoring()
@@ -303,6 +315,17 @@ class Worker:
             self._publish()  # fresh offsets and lags for /tasks and interactive queries
         else:
             self._status = replace(self._status, heartbeat=time.monotonic())
+
+    def _observe_availability(self, manager: TaskManager) -> None:
+        """Charge the seconds active tasks sat on waiting input (issue 13, item 4)."""
+        if self._inputs is None or self._loop is None or self._member is None:
+            return
+        conditions = LoopConditions(
+            rebalancing=self._member.rebalancing,
+            broker_connected=self._broker_connected,
+            backpressure=self._loop.backpressure,
+        )
+        self._availability.observe(self._inputs.samples(manager.tasks.values(), conditions))
 
     def _check_broker(self) -> None:
         """Follow whether the group member reaches its coordinator; not ready while not.

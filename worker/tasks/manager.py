@@ -313,6 +313,7 @@ class TaskManager:
     def restore_step(self, timeout: float) -> None:
         finished = self._reader.step(timeout)
         for task in finished:
+            task.revived = False
             task.transition(TaskState.RUNNING, "restored")
             self._start_inputs(task)
         if finished:
@@ -445,6 +446,7 @@ class TaskManager:
             self._stop_inputs(task)
             task.discard_uncommitted()
             task.transition(TaskState.SUSPENDED, f"revived: {reason}")
+            task.revived = True
             self._ctx.metrics.task_revivals.labels(reason=reason).inc()
             self._start(task)
         self.on_change()

@@ -79,6 +79,9 @@ class Task:
         # failed attempts survives).
         self._poisoned: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
         self._last_checkpoint = ctx.clock.monotonic()
+        # Restoring after a revival (closed dirty and restarted), not after an assignment:
+        # the availability tracker charges the wait to "revive" instead of "restore".
+        self.revived = False
 
     @property
     def state(self) -> TaskState:
@@ -287,6 +290,18 @@ class Task:
         self._committed_sources = {
             tp: off for tp, off in committed.items() if off is not None and tp in positions
         }
+        return positions
+
+    def progress(self) -> int:
+        """A number that changes whenever the task processes a record (for availability:
+        the sum of its consumed offsets, so no counter is kept on the per-record path)."""
+        return sum(self._consumed.values())
+
+    def next_positions(self) -> dict[TP, int]:
+        """The next offset to process of each source partition whose position is known."""
+        positions = dict(self._committed_sources)
+        for tp, offset in self._consumed.items():
+            positions[tp] = offset + 1
         return positions
 
     @property
