@@ -250,7 +250,13 @@ class Worker:
             self._set_state(WorkerState.REBALANCING)
             loop.run()
             self._set_state(WorkerState.PENDING_SHUTDOWN)
-            manager.commit()
+            if member.can_commit:
+                manager.commit()
+            else:
+                # Stopped mid-rebalance: no generation to commit with. What was processed
+                # since the last commit is dropped (the stores hold only committed data, so
+                # the close below is still clean) and is processed again by the next owner.
+                manager.discard_uncommitted()
             clean = True
         finally:
             self._shutdown(manager, member, consumer, restore_consumer, collector, clean)

@@ -431,6 +431,12 @@ class TaskManager:
         metrics.commits.inc()
         return True
 
+    def discard_uncommitted(self) -> None:
+        """Drop what every task processed since the last commit (aborted under exactly-once)."""
+        self._commit_protocol.abort()
+        for task in self.tasks.values():
+            task.discard_uncommitted()
+
     def _revive(self, tasks: list[Task], reason: str, error: str) -> None:
         """Close dirty and revive: drop buffers and positions, restore, reprocess.
 
