@@ -7,6 +7,7 @@ rows of ratios; :mod:`benchmarks.report` writes them to ``docs/benchmarks.md``.
 # In the order ``python -m benchmarks`` runs them; each is a module of this package.
 BENCHMARK_NAMES = (
     "scale_out",
+    "availability",
     "throughput",
     "restore",
     "memory",

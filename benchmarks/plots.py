@@ -193,3 +193,81 @@ def restart(
     bars.legend(loc="lower right", fontsize=8)
     bars.grid(axis="x", alpha=0.3)
     return _save(fig, path)
+
+
+def availability_timeline(
+    path: Path,
+    title: str,
+    gaps: Mapping[str, Sequence[tuple[float, float]]],
+    owners: Mapping[str, Sequence[tuple[float, str | None]]],
+    events: Sequence[tuple[float, str]],
+    span: tuple[float, float],
+    stalled: float,
+) -> Path:
+    """One row per task: its silent stretches in the output as bars (red: longer than
+    ``stalled``), over a thin band coloured by the worker that owned it; membership
+    events as vertical lines."""
+    plt = _pyplot()
+    tasks = sorted(gaps)
+    workers = sorted({w for spans in owners.values() for _, w in spans if w is not None})
+    palette = ["C0", "C2", "C4", "C9", "C8", "C6"]  # not the gaps' orange and red
+    colour = {w: palette[i % len(palette)] for i, w in enumerate(workers)}
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(tasks) + 1.8))
+    for y, task in enumerate(tasks):
+        spans = list(owners.get(task, []))
+        for (since, who), (until, _) in zip(spans, [*spans[1:], (span[1], None)], strict=True):
+            if who is not None and until > since:
+                ax.broken_barh(
+                    [(since, until - since)], (y - 0.42, 0.12), color=colour[who], alpha=0.8
+                )
+        for start, end in gaps.get(task, []):
+            long = end - start > stalled
+            ax.broken_barh(
+                [(start, end - start)], (y - 0.25, 0.5), color="C3" if long else "C1", alpha=0.85
+            )
+            if long:
+                ax.text((start + end) / 2, y, f"{end - start:.1f}", ha="center", va="center",
+                        fontsize=7, color="white")  # fmt: skip
+    for at, label in events:
+        ax.axvline(at, color="black", lw=0.8, ls="--")
+        ax.text(at, 1.01, label, transform=ax.get_xaxis_transform(), fontsize=7, rotation=20)
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color="C3", alpha=0.85),
+        plt.Rectangle((0, 0), 1, 1, color="C1", alpha=0.85),
+        *(plt.Rectangle((0, 0), 1, 1, color=colour[w], alpha=0.8) for w in workers),
+    ]
+    labels = [f"no output > {stalled:g} s", "no output 0.5-1.5 s", *(f"owner {w}" for w in workers)]
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_yticks(range(len(tasks)), tasks)
+    ax.set_ylim(-0.6, len(tasks) - 0.4)
+    ax.set_xlim(*span)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the input started")
+    ax.set_title(f"{title}: silent stretches in each task's output", pad=22)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def availability_shares(
+    path: Path, events: Mapping[str, Sequence[tuple[str, float, float]]], stalled: float
+) -> Path:
+    """Per membership event, the share of tasks that stalled beside the share that
+    changed owner (the target: the first never above the second), one panel per scenario."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        1, len(events), figsize=(3.6 * len(events) + 1, 3.8), squeeze=False, sharey=True
+    )
+    for ax, (scenario, rows) in zip(axes[0], events.items(), strict=True):
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [100 * s for _, s, _ in rows], width=0.4,
+               color="C3", label=f"stalled > {stalled:g} s")  # fmt: skip
+        ax.bar([x + 0.2 for x in xs], [100 * m for _, _, m in rows], width=0.4,
+               color="C0", label="changed owner")  # fmt: skip
+        ax.set_xticks(list(xs), [label for label, _, _ in rows], rotation=45, ha="right",
+                      fontsize=7)  # fmt: skip
+        ax.set_title(scenario, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("% of tasks")
+    axes[0][0].set_ylim(0, 105)
+    axes[0][-1].legend(fontsize=8)
+    return _save(fig, path)

@@ -24,6 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)? ")
 EXPECTED_ROWS = {
     "Scale-out": ["longest per-task stall"],
+    "Availability through membership changes": [
+        *(
+            f"{scenario}: {metric}"
+            for scenario in ("rolling restart", "scale-out", "kill -9")
+            for metric in (
+                "longest stall of a task that kept its owner",
+                "share of tasks stalled > 1.5 s per event (mean)",
+            )
+        ),
+        "a moved task with a standby, warmup or local copy: stall against its round",
+    ],
     "Processing throughput": ["processing, records/s"],
     "Restore": ["restore, records/s"],
     "Memory": ["peak RSS", "RSS growth over idle"],

@@ -1,0 +1,134 @@
+"""The availability benchmark's reading of worker logs: owners, moves, copies and rounds.
+
+The benchmark judges issue 13's targets from these, so what it reads is pinned here with
+hand-written log lines of both membership protocols: today's eager member
+(``membership.joining`` / ``membership.assigned``) and the cooperative member's
+``membership.transition`` events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from benchmarks.availability import (
+    KILL,
+    SESSION_TIMEOUT,
+    Event,
+    _allowed,
+    _moves,
+    _replay,
+    _worker_timeline,
+)
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
+
+
+def line(at: float, event: str, **fields: Any) -> dict[str, Any]:
+    stamp = dt.datetime.fromtimestamp(T0 + at, dt.UTC).isoformat().replace("+00:00", "Z")
+    return {"event": event, "timestamp": stamp, **fields}
+
+
+def applied(
+    at: float, active: list[str], standby: Sequence[str] = (), warmup: Sequence[str] = ()
+) -> dict[str, Any]:
+    return line(
+        at,
+        "assignment.applied",
+        generation=1,
+        active=list(active),
+        standby=list(standby),
+        warmup=list(warmup),
+    )
+
+
+def test_a_killed_owners_tasks_move_to_their_standbys_and_the_rest_stay() -> None:
+    w1 = [
+        line(0.0, "membership.joining"),
+        line(3.0, "membership.assigned", active=["0_0", "0_1"]),
+        applied(3.0, ["0_0", "0_1"], standby=["0_2"]),
+        line(20.0, "membership.revoking"),
+        line(20.0, "membership.joining"),
+        line(23.0, "membership.assigned", active=["0_0", "0_1", "0_2"]),
+        applied(23.0, ["0_0", "0_1", "0_2"]),
+        line(23.5, "restore.done", task_id="0_2", role="active", records=0, seconds=0.01),
+    ]
+    w2 = [
+        line(0.0, "membership.joining"),
+        line(3.0, "membership.assigned", active=["0_2"]),
+        applied(3.0, ["0_2"], standby=["0_0", "0_1"]),
+    ]
+    timelines = {
+        "w1": _worker_timeline("w1", w1, []),
+        "w2": _worker_timeline("w2", w2, [T0 + 14.0]),
+    }
+    assert timelines["w1"].rounds == [(T0, T0 + 3.0), (T0 + 20.0, T0 + 23.0)]
+
+    moves = _moves(_replay(timelines), timelines, T0 + 14.0, T0 + 30.0)
+
+    assert set(moves) == {"0_2"}
+    move = moves["0_2"]
+    assert (move.before, move.after, move.had, move.restored) == ("w2", "w1", "standby", 0)
+    assert move.round_seconds == pytest.approx(3.0)
+    assert _allowed(Event(T0 + 14.0, KILL, "w2"), move) == pytest.approx(3.5 + SESSION_TIMEOUT)
+    assert _allowed(Event(T0 + 14.0, "SIGTERM", "w2"), move) == pytest.approx(3.5)
+
+
+def test_cooperative_transitions_count_as_rounds() -> None:
+    w1 = [
+        line(0.0, "initial_standbys.opened", tasks=["0_1"]),
+        line(1.0, "membership.transition", src="joining", dst="syncing"),
+        line(2.0, "membership.transition", src="syncing", dst="stable"),
+        applied(2.0, [], standby=["0_1"]),  # kept as a standby until w2 gave it up
+        line(4.0, "membership.transition", src="stable", dst="joining"),
+        line(5.5, "membership.transition", src="syncing", dst="stable"),
+        applied(5.5, ["0_1"]),
+    ]
+    w2 = [applied(-10.0, ["0_0", "0_1"]), applied(3.0, ["0_0"])]
+    timelines = {"w1": _worker_timeline("w1", w1, []), "w2": _worker_timeline("w2", w2, [])}
+
+    moves = _moves(_replay(timelines), timelines, T0 + 0.5, T0 + 10.0)
+
+    assert set(moves) == {"0_1"}  # 0_0 stayed on w2 through both rounds
+    assert (moves["0_1"].before, moves["0_1"].after) == ("w2", "w1")
+    assert moves["0_1"].had == "standby"
+    assert moves["0_1"].round_seconds == pytest.approx(1.5)
+
+
+def test_a_restarted_worker_taking_back_its_tasks_had_them_as_local_state() -> None:
+    w1 = [
+        applied(0.0, ["0_0"]),
+        line(4.0, "membership.transition", src="stable", dst="joining"),  # killed mid-join
+        line(10.0, "initial_standbys.opened", tasks=["0_0"]),
+        line(10.5, "membership.started"),
+        line(11.0, "membership.transition", src="unjoined", dst="joining"),
+        line(14.0, "membership.assigned", active=["0_0"]),
+        applied(14.0, ["0_0"]),
+        line(14.2, "restore.done", task_id="0_0", role="active", records=700, seconds=0.1),
+    ]
+    w2 = [
+        applied(0.0, ["0_1"], standby=["0_0"]),
+        applied(7.0, ["0_0", "0_1"]),
+        applied(14.0, ["0_1"]),
+    ]
+    timelines = {
+        "w1": _worker_timeline("w1", w1, [T0 + 5.0]),
+        "w2": _worker_timeline("w2", w2, []),
+    }
+    takeovers = _replay(timelines)
+
+    on_stop = _moves(takeovers, timelines, T0 + 4.0, T0 + 9.0)
+    on_start = _moves(takeovers, timelines, T0 + 9.0, T0 + 20.0)
+
+    assert (on_stop["0_0"].before, on_stop["0_0"].after, on_stop["0_0"].had) == (
+        "w1",
+        "w2",
+        "standby",
+    )
+    assert set(on_start) == {"0_0"}
+    back = on_start["0_0"]
+    assert (back.before, back.after, back.had, back.restored) == ("w2", "w1", "local state", 700)
+    assert back.round_seconds == pytest.approx(3.0)
