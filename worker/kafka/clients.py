@@ -8,6 +8,7 @@ clients and to ``worker.partitioner``, so a key always reaches the task owning i
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -106,6 +107,13 @@ class PendingOffsets:
         """True once every partition has an answer or an error (or the request timed out)."""
         return all(future.done() for future in self._futures.values())
 
+    def wait(self, timeout: float) -> dict[TP, int]:
+        """Every answer that comes within ``timeout`` seconds per partition (blocking)."""
+        for future in self._futures.values():
+            with contextlib.suppress(ck.KafkaException, TimeoutError):
+                future.result(timeout)
+        return self.result()
+
     def result(self) -> dict[TP, int]:
         """Log-end offset of each partition answered so far; never waits.
 
@@ -169,29 +177,7 @@ class Admin:
         low after multi-record batches (platform-facts.md): callers must treat it as a
         lower bound. Raises KafkaUnavailable when the request cannot be made at all.
         """
-        self._admin.poll(0)  # hands over the admin client's queued log lines
-        wanted = {
-            ck.TopicPartition(t, p): OffsetSpec.latest() for t, p in dict.fromkeys(partitions)
-        }
-        if not wanted:
-            return {}
-        try:
-            futures = self._admin.list_offsets(
-                wanted,
-                isolation_level=ck.IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=timeout,
-            )
-        except (ck.KafkaException, ValueError, TypeError) as exc:
-            raise KafkaUnavailable(f"cannot list end offsets: {exc}") from exc
-        found: dict[TP, int] = {}
-        for tp, future in futures.items():
-            try:
-                offset = future.result(timeout).offset
-            except (ck.KafkaException, TimeoutError):
-                continue
-            if offset >= 0:
-                found[(tp.topic, tp.partition)] = int(offset)
-        return found
+        return self.request_end_offsets(partitions, timeout).wait(timeout)
 
     def request_end_offsets(self, partitions: Iterable[TP], timeout: float = 5.0) -> PendingOffsets:
         """Start a ListOffsets (latest, read_uncommitted) for ``partitions``; never waits.
