@@ -1,4 +1,5 @@
-"""``make demo``: a local broker, sample data, two workers over a minute of payments.
+"""``make demo``: a local broker, sample data, workers that crash and join under a minute of
+payments.
 
 Everything runs on loopback. The broker listens on a port picked here; each worker
 binds an HTTP port the OS picks (``http.port=0``) and reports it in its log, so the demo
@@ -6,10 +7,18 @@ needs no particular port to be free. Every process the demo starts is stopped by
 PID: on success, on failure, on Ctrl-C, SIGTERM or SIGHUP, and (on Linux) even if the
 demo itself is killed, through the parent-death signal set before each child starts.
 
+Two workers start; while payments flow, one is killed with SIGKILL and started again at
+once over its state dir, and later a third worker joins. Afterwards the summary shows
+what that cost each task: its longest stall (the longest silence of its partition of the
+``account-totals`` changelog, which every commit writes for every account the task
+updated) and the changelog records restored (a restart over local state restores only
+the tail written since its last commit, not the whole changelog).
+
 When the traffic has been processed the workers are stopped cleanly (a final commit),
 and the output topics are checked against a plain-Python reference computation of the
 same input: every alert, and every account's running totals (the ``account-totals``
-changelog). The exit code is 0 only when both match and both workers exited 0.
+changelog). The workers run ``exactly_once_v2``, so the kill leaves no double counts.
+The exit code is 0 only when both match and every worker's last run exited 0.
 """
 
 from __future__ import annotations
@@ -37,18 +46,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from worker.config import Settings, load
 from worker.dev import history, sample_data
 from worker.dev.broker import EmbeddedBroker
+from worker.dev.stalls import max_gap
 from worker.errors import WorkerError
 from worker.examples import payments as app
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.clients import Admin, DataConsumer, TopicSpec
 from worker.kafka.loader import produce_records, read_topic
 from worker.serde import JSON, STR
 
 ACCOUNTS = 200
 PARTITIONS = 4
-WORKERS = 2
-# The demo's worker settings: commit every second, notice a dead member within seconds.
+WORKERS = 2  # at the start; a third joins later
+KILL_AT = 0.25  # share of the traffic's duration: SIGKILL worker-1, start it again
+JOIN_AT = 0.55  # share of the traffic's duration: start worker-3
+# The demo's worker settings: commit four times a second (each commit writes the
+# changelogs, whose timestamps show the stalls), notice a dead member within seconds,
+# exactly-once so that a SIGKILL leaves no double counts in the totals.
 WORKER_SETTINGS = {
-    "commit.interval.ms": "1000",
+    "processing.guarantee": "exactly_once_v2",
+    "commit.interval.ms": "250",
     "session.timeout.ms": "6000",
     "max.poll.interval.ms": "10000",
 }
@@ -192,12 +207,21 @@ class DemoWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self.last = Scrape()
+        self.earlier_processed = 0  # records processed by its runs before this one
+        self._log_from = 0  # where this run's lines start in the (appended) log
 
     def start(self) -> None:
+        """Start the process (again, after it exited: same state dir, a new HTTP port)."""
+        if self.running:
+            raise DemoFailed(f"{self.name} is running already (pid {self.pid})")
+        if self.proc is not None:
+            self.earlier_processed += self.last.total("worker_processed_records_total")
+        self.port, self.last = None, Scrape()
         # The demo's settings only: no WORKER_* variable of the caller's shell leaks in.
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
         env["PYTHONUNBUFFERED"] = "1"
         with self.log_path.open("ab") as log:
+            self._log_from = log.tell()
             # Its own session: a Ctrl-C in the terminal reaches the demo, which stops the
             # workers in order, instead of reaching every process at once.
             self.proc = subprocess.Popen(
@@ -229,9 +253,10 @@ class DemoWorker:
             )
 
     def find_port(self) -> int | None:
-        """The HTTP port from the ``worker.starting`` log line, once it is there."""
+        """The HTTP port from this run's ``worker.starting`` log line, once it is there."""
         if self.port is None:
             with suppress(OSError), self.log_path.open("rb") as log:
+                log.seek(self._log_from)
                 for line in log:
                     if b'"worker.starting"' in line:
                         with suppress(orjson.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -250,11 +275,15 @@ class DemoWorker:
             return False
 
     def metrics(self) -> Scrape:
-        """The latest scrape; the previous one if the worker does not answer now."""
+        """The latest scrape of this run; the previous one if the worker does not answer now."""
         if self.port is not None:
             with suppress(OSError, ValueError):
                 self.last = scrape(self.port)
         return self.last
+
+    def processed(self) -> int:
+        """Records processed over all its runs (as last scraped): a restart starts at 0."""
+        return self.earlier_processed + self.metrics().total("worker_processed_records_total")
 
     def terminate(self) -> None:
         if self.running:
@@ -399,16 +428,39 @@ def _run(
     print(f"workers ready in {time.monotonic() - started:.1f}s; "
           f"producing {rate} payments/s for {duration:.0f}s", flush=True)  # fmt: skip
 
+    def crash(_at: float) -> DemoWorker:
+        victim = workers[0]
+        victim.metrics()  # its count so far, carried into the next run's
+        old = victim.pid
+        victim.kill()
+        victim.start()
+        print(
+            f"         killed pid {old}; started again over its state dir as pid {victim.pid}",
+            flush=True,
+        )
+        return victim
+
+    def join(_at: float) -> DemoWorker:
+        newcomer = DemoWorker(f"worker-{len(workers) + 1}", bootstrap, workdir)
+        workers.append(newcomer)
+        newcomer.start()
+        print(f"         started pid {newcomer.pid}", flush=True)
+        return newcomer
+
+    schedule: list[tuple[float, str, Callable[[float], DemoWorker]]] = [
+        (duration * KILL_AT, f"kill -9 {workers[0].name}", crash),
+        (duration * JOIN_AT, f"worker-{WORKERS + 1} joins", join),
+    ]
     producing = time.monotonic()
-    stream = _produce_for(settings, accts, duration, rate, workers)
+    traffic = _produce_for(settings, accts, duration, rate, workers, schedule)
     produced_in = time.monotonic() - producing
-    drained_in = _wait_drained(workers, len(stream), DRAIN_TIMEOUT)
+    drained_in = _wait_drained(workers, traffic, DRAIN_TIMEOUT)
     for w in workers:
         w.metrics()  # the final numbers, before the workers go away
     where = where_to_look(workers[0].port, accts[0].id)  # a live query, before the stop
     signals.cleaning = True  # from here on a Ctrl-C only hurries the stop
     _stop_workers(workers, STOP_GRACE, signals.hurried)  # each commits its last records
-    code = _summarise(settings, accts, stream, produced_in, drained_in, workers)
+    code = _summarise(settings, accts, traffic, produced_in, drained_in, workers)
     print("\n".join(where), flush=True)
     return code
 
@@ -428,46 +480,156 @@ def _wait_ready(workers: list[DemoWorker], timeout: float) -> None:
     )
 
 
+@dataclass
+class Happening:
+    """A membership change the demo caused while payments flowed."""
+
+    what: str
+    worker: DemoWorker  # the worker that (re)started
+    restart: bool  # the worker ran before (its tasks stopped with its process)
+    at: float  # seconds after the first payment
+    wall_ms: int  # when, on the clock of the records' timestamps
+    before: dict[str, str]  # task -> the worker it was active on just before
+    after: dict[str, str] = field(default_factory=dict)  # ... just before the next change
+    active_after: float | None = None  # seconds until it was ready with active tasks
+    active_wall_ms: int = 0
+    active: frozenset[str] = frozenset()  # its active tasks then
+    restored: dict[str, int] = field(default_factory=dict)  # task -> records, by then
+
+    def fate(self, task: str) -> str:
+        """What the change did to ``task``: stayed (same worker before and after), moved,
+        or restarted (its worker was the one restarted)."""
+        before, after = self.before.get(task), self.after.get(task)
+        if before is None or after is None:
+            return "?"
+        if self.restart and before == self.worker.name:
+            return "restarted"
+        return "stayed" if before == after else "moved"
+
+
+@dataclass
+class Traffic:
+    stream: list[tuple[str, dict[str, Any]]]
+    started: float  # time.monotonic() at the first payment
+    start_ms: int
+    end_ms: int
+    happenings: list[Happening]
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _restored_by_task(scrape: Scrape) -> dict[str, int]:
+    """task -> ``account-totals`` changelog records restored into its active store."""
+    restored: dict[str, int] = {}
+    for name, labels, value in scrape.samples:
+        if name == "worker_restored_records_total" and labels.get("store") == app.TOTALS:
+            restored[labels["task"]] = restored.get(labels["task"], 0) + int(value)
+    return restored
+
+
+def _owners(workers: list[DemoWorker]) -> dict[str, str]:
+    """task -> the worker it is active on, from each running worker's ``/tasks``."""
+    owners: dict[str, str] = {}
+    for w in workers:
+        port = w.find_port()
+        if port is None or not w.running:
+            continue
+        with suppress(OSError, ValueError, KeyError, TypeError):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/tasks", timeout=2) as resp:
+                listing = orjson.loads(resp.read())
+            for task in listing["tasks"]:
+                if task["kind"] == "active":
+                    owners[str(task["task_id"])] = w.name
+    return owners
+
+
+def _note_active(happening: Happening, started: float) -> None:
+    """Once the worker of ``happening`` is ready with active tasks: when, and what it restored."""
+    worker = happening.worker
+    if happening.active_after is not None or not worker.ready():
+        return
+    scrape = worker.metrics()
+    if scrape.total("worker_tasks", kind="active") == 0:
+        return
+    happening.active_after = time.monotonic() - started - happening.at
+    happening.active_wall_ms = _wall_ms()
+    happening.active = frozenset(t for t, w in _owners([worker]).items() if w == worker.name)
+    happening.restored = _restored_by_task(scrape)
+    restored = sum(happening.restored.values())
+    print(
+        f"  {worker.name} ready with active tasks {happening.active_after:.1f}s after it "
+        f"started; restored {restored} {app.TOTALS} records",
+        flush=True,
+    )
+
+
 def _produce_for(
     settings: Settings,
     accts: list[sample_data.Account],
     duration: float,
     rate: int,
     workers: list[DemoWorker],
-) -> list[tuple[str, dict[str, Any]]]:
-    """``rate`` payments a second for ``duration`` seconds; a progress line every 10 s."""
+    schedule: list[tuple[float, str, Callable[[float], DemoWorker]]],
+) -> Traffic:
+    """``rate`` payments a second for ``duration`` seconds; a progress line every 10 s.
+
+    ``schedule``: (seconds after the first payment, what, action) run on time, each
+    action (re)starting one worker, whose readiness is then followed.
+    """
     stream: list[tuple[str, dict[str, Any]]] = []
+    pending = sorted(schedule, key=lambda item: item[0])
+    happenings: list[Happening] = []
+    start_ms = _wall_ms()
     started = time.monotonic()
     second = 0
-    while time.monotonic() - started < duration:
-        for w in workers:
-            w.check_alive()
-        chunk = list(sample_data.payments(accts, rate, start=len(stream)))
-        produce_records(settings, app.PAYMENTS, chunk, STR, JSON)
-        stream.extend(chunk)
-        second += 1
-        if second % 10 == 0:
-            processed = sum(w.metrics().total("worker_processed_records_total") for w in workers)
-            print(f"  {second:3d}s: {len(stream)} payments produced, {processed} records processed",
-                  flush=True)  # fmt: skip
-        pause = started + second - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)  # pacing the demo's traffic generator, not waiting on a condition
-    return stream
+    # Every 100 ms: run what is due, note who became ready; each second, its payments.
+    while (elapsed := time.monotonic() - started) < duration:
+        while pending and pending[0][0] <= elapsed:
+            _, what, action = pending.pop(0)
+            owners, wall_ms = _owners(workers), _wall_ms()
+            if happenings:
+                happenings[-1].after = owners
+            print(f"  {elapsed:5.1f}s: {what}", flush=True)
+            ran_before = {w.name for w in workers if w.proc is not None}
+            worker = action(elapsed)
+            restart = worker.name in ran_before
+            happenings.append(Happening(what, worker, restart, elapsed, wall_ms, owners))
+        for happening in happenings:
+            _note_active(happening, started)
+        if time.monotonic() >= started + second:
+            for w in workers:
+                w.check_alive()
+            chunk = list(sample_data.payments(accts, rate, start=len(stream)))
+            produce_records(settings, app.PAYMENTS, chunk, STR, JSON)
+            stream.extend(chunk)
+            second += 1
+            if second % 10 == 0:
+                processed = sum(w.processed() for w in workers)
+                print(f"  {second:3d}s: {len(stream)} payments produced, "
+                      f"{processed} records processed", flush=True)  # fmt: skip
+        time.sleep(min(0.1, max(0.0, started + second - time.monotonic())))  # pacing
+    if happenings:
+        happenings[-1].after = _owners(workers)
+    return Traffic(stream, started, start_ms, _wall_ms(), happenings)
 
 
-def _wait_drained(workers: list[DemoWorker], expected: int, timeout: float) -> float | None:
-    """Seconds until the workers processed ``expected`` records and went idle (all ready);
-    None if that did not happen within ``timeout``.
+def _wait_drained(workers: list[DemoWorker], traffic: Traffic, timeout: float) -> float | None:
+    """Seconds until the workers processed every payment and went idle (all ready); None if
+    that did not happen within ``timeout``.
 
     Approximate on purpose: the exact check is the output, read after the workers stop.
     """
+    expected = len(traffic.stream)
     started = time.monotonic()
     last, since = -1, started
     while time.monotonic() - started < timeout:
         for w in workers:
             w.check_alive()
-        total = sum(w.metrics().total("worker_processed_records_total") for w in workers)
+        for happening in traffic.happenings:
+            _note_active(happening, traffic.started)
+        total = sum(w.processed() for w in workers)
         now = time.monotonic()
         if total != last:
             last, since = total, now
@@ -517,11 +679,12 @@ _ROW = "{:<10} {:>9} {:>7} {:>8} {:>7} {:>8} {:>10}  {}"
 def _summarise(
     settings: Settings,
     accts: list[sample_data.Account],
-    stream: list[tuple[str, dict[str, Any]]],
+    traffic: Traffic,
     produced_in: float,
     drained_in: float | None,
     workers: list[DemoWorker],
 ) -> int:
+    stream = traffic.stream
     profiles = dict(sample_data.profiles(accts))
     expected_totals, expected_alerts = sample_data.reference(profiles, stream)
     alert_records = [orjson.loads(v) for _, v in read_topic(settings, app.ALERTS) if v]
@@ -546,7 +709,7 @@ def _summarise(
         print(
             _ROW.format(
                 w.name,
-                m.total("worker_processed_records_total"),
+                w.earlier_processed + m.total("worker_processed_records_total"),
                 m.total("worker_tasks", kind="active"),
                 m.total("worker_tasks", kind="standby"),
                 m.total("worker_commits_total"),
@@ -555,8 +718,14 @@ def _summarise(
                 notes,
             )
         )
-    processed = sum(w.last.total("worker_processed_records_total") for w in workers)
-    print(f"{'all':<10} {processed:>9}  (input records: payments and account-profile records)")
+    processed = sum(
+        w.earlier_processed + w.last.total("worker_processed_records_total") for w in workers
+    )
+    print(
+        f"{'all':<10} {processed:>9}  (input records: payments and account-profile records;"
+        " a restarted worker's row adds up its runs, the other columns are its last run's)"
+    )
+    _print_tasks(settings, totals_topic, traffic)
 
     missing = sorted(set(expected_alerts) - set(got_alerts))
     extra = sorted(set(got_alerts) - set(expected_alerts))
@@ -583,10 +752,103 @@ def _summarise(
 
     codes = [w.returncode for w in workers]
     stopped_ok = all(c == 0 for c in codes)
-    print(f"worker exit codes:  {', '.join(str(c) for c in codes)}")
+    killed = {h.worker.name for h in traffic.happenings if h.what.startswith("kill")}
+    print(
+        "worker exit codes:  "
+        + ", ".join(
+            f"{w.name} {w.returncode}"
+            + (" (its run before was the one killed)" if w.name in killed else "")
+            for w in workers
+        )
+    )
     matches = alerts_ok and totals_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
+
+
+def _changelog_timestamps(
+    settings: Settings, topic: str, timeout: float = 60.0
+) -> dict[int, list[int]]:
+    """Every record's timestamp (ms) per partition of ``topic``, from its start to its end.
+
+    Transaction markers take offsets but are never delivered, so a partition counts as
+    read once its last record is at most one offset short of the end, or once nothing new
+    came for a few seconds.
+    """
+    reader = load(
+        None,
+        {"bootstrap.servers": settings.bootstrap_servers, "application.id": "worker-demo-reader"},
+        environ={},
+    ).settings
+    consumer = DataConsumer(reader)  # assigned partitions only: never joins a group
+    stamps: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    last = dict.fromkeys(range(PARTITIONS), -1)
+    try:
+        consumer.add({(topic, p): None for p in range(PARTITIONS)})
+        pending = set(range(PARTITIONS))
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while pending:
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"reading {topic}: partitions {sorted(pending)} unfinished")
+            messages = consumer.consume(10000, 0.5)
+            for msg in messages:
+                stamps[msg.partition()].append(msg.timestamp()[1])
+                last[msg.partition()] = msg.offset()
+            now = time.monotonic()
+            if messages:
+                quiet_since = now
+            for p in list(pending):
+                high = consumer.high_watermark((topic, p))
+                if (high is not None and high - last[p] - 1 <= 1) or now - quiet_since > 3.0:
+                    pending.discard(p)
+    finally:
+        consumer.close()
+    return stamps
+
+
+def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic) -> None:
+    """Per task: its longest stall after each membership change and over the whole run, and
+    what each (re)started worker restored for it against the changelog's length then."""
+    print("membership changes (seconds after the first payment):")
+    for h in traffic.happenings:
+        after = (
+            "not ready with active tasks"
+            if h.active_after is None
+            else (
+                f"ready with active tasks after {h.active_after:.1f}s, "
+                f"{sum(h.restored.values())} {app.TOTALS} records restored"
+            )
+        )
+        print(f"  {h.at:5.1f}s  {h.what}: {after}")
+    stamps = _changelog_timestamps(settings, totals_topic)
+    ends = [h.wall_ms for h in traffic.happenings[1:]] + [traffic.end_ms]
+    windows = [(h.wall_ms, end) for h, end in zip(traffic.happenings, ends, strict=True)]
+    headers = [f"stall after {h.what}" for h in traffic.happenings] + ["whole run"]
+    headers += [f"restored by {h.worker.name} (of changelog)" for h in traffic.happenings]
+    rows = []
+    for p in range(PARTITIONS):
+        task, times = f"0_{p}", stamps[p]
+        cells = [
+            f"{max_gap(times, a, b) / 1000:.1f}s {h.fate(task)}"
+            for h, (a, b) in zip(traffic.happenings, windows, strict=True)
+        ]
+        cells.append(f"{max_gap(times, traffic.start_ms, traffic.end_ms) / 1000:.1f}s")
+        for h in traffic.happenings:
+            written = sum(1 for t in times if t <= h.active_wall_ms)
+            got = h.restored.get(task, 0)
+            cells.append(f"{got} of {written}" if task in h.active else "-")
+        rows.append([task, *cells])
+    widths = [max(len(c) for c in col) for col in zip(["task", *headers], *rows, strict=True)]
+    print(
+        f"per task: its longest stall (silence of its {app.TOTALS} changelog partition, which "
+        f"every commit writes, every {WORKER_SETTINGS['commit.interval.ms']} ms) after each "
+        "change, until the next, and whether it stayed on its worker, moved, or was on the "
+        "restarted one; the records a (re)started worker restored for it once active, of "
+        "those the changelog held then"
+    )
+    for row in [["task", *headers], *rows]:
+        print("  " + "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _get(url: str) -> tuple[int, str, str]:
