@@ -80,10 +80,12 @@ def sample_data(
     help="Logs and state of this run (emptied first).",
 )
 def demo(duration: float, rate: int, workdir: Path) -> None:
-    """Start a broker, load sample data, run two workers over generated payments, summarise.
+    """Start a broker, load sample data, run workers over generated payments, summarise.
 
-    Exits 0 when the workers' output matches a plain-Python reference computation and both
-    workers stopped cleanly; 1 otherwise; 128+N when stopped by signal N (Ctrl-C: 130).
+    Two workers start; a quarter of the way in one is killed (kill -9) and restarted over
+    its state, past half way a third joins. The summary shows per task its longest stall
+    and the records restored. Exits 0 when the workers' output matches a plain-Python
+    reference computation and every worker stopped cleanly; 1 otherwise; 128+N when stopped by signal N (Ctrl-C: 130).
     Every process it starts is stopped by its PID, whatever happens.
     """
     from worker.dev import demo as demo_module
