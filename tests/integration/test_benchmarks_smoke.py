@@ -33,7 +33,7 @@ EXPECTED_ROWS = {
                 "share of tasks stalled > 1.5 s per event (mean)",
             )
         ),
-        "a moved task with a standby, warmup or local copy: stall against its round",
+        "a moved task with a standby, warmup or local copy: stall against its handover",
     ],
     "Processing throughput": ["processing, records/s"],
     "Restore": ["restore, records/s"],

@@ -15,9 +15,6 @@ from typing import Any
 import pytest
 
 from benchmarks.availability import (
-    KILL,
-    SESSION_TIMEOUT,
-    Event,
     _allowed,
     _moves,
     _replay,
@@ -72,12 +69,11 @@ def test_a_killed_owners_tasks_move_to_their_standbys_and_the_rest_stay() -> Non
     assert set(moves) == {"0_2"}
     move = moves["0_2"]
     assert (move.before, move.after, move.had, move.restored) == ("w2", "w1", "standby", 0)
-    assert move.round_seconds == pytest.approx(3.0)
-    assert _allowed(Event(T0 + 14.0, KILL, "w2"), move) == pytest.approx(3.5 + SESSION_TIMEOUT)
-    assert _allowed(Event(T0 + 14.0, "SIGTERM", "w2"), move) == pytest.approx(3.5)
+    assert move.handover_seconds == pytest.approx(23.0 - 14.0)  # from the kill
+    assert _allowed(move) == pytest.approx(9.5)
 
 
-def test_cooperative_transitions_count_as_rounds() -> None:
+def test_a_cooperative_move_is_handed_over_in_the_follow_up_round() -> None:
     w1 = [
         line(0.0, "initial_standbys.opened", tasks=["0_1"]),
         line(1.0, "membership.transition", src="joining", dst="syncing"),
@@ -95,7 +91,7 @@ def test_cooperative_transitions_count_as_rounds() -> None:
     assert set(moves) == {"0_1"}  # 0_0 stayed on w2 through both rounds
     assert (moves["0_1"].before, moves["0_1"].after) == ("w2", "w1")
     assert moves["0_1"].had == "standby"
-    assert moves["0_1"].round_seconds == pytest.approx(1.5)
+    assert moves["0_1"].handover_seconds == pytest.approx(5.5 - 3.0)  # the follow-up round
 
 
 def test_a_restarted_worker_taking_back_its_tasks_had_them_as_local_state() -> None:
@@ -131,4 +127,22 @@ def test_a_restarted_worker_taking_back_its_tasks_had_them_as_local_state() -> N
     assert set(on_start) == {"0_0"}
     back = on_start["0_0"]
     assert (back.before, back.after, back.had, back.restored) == ("w2", "w1", "local state", 700)
-    assert back.round_seconds == pytest.approx(3.0)
+    assert back.handover_seconds == pytest.approx(0.0)  # taken straight from w2 (eager)
+
+
+def test_rounds_from_both_protocols_and_a_new_run() -> None:
+    eager = [
+        line(0.0, "membership.revoking"),
+        line(0.1, "membership.joining"),
+        line(3.0, "membership.assigned", active=[]),
+    ]
+    cooperative = [
+        line(0.0, "membership.transition", src="stable", dst="joining"),  # killed mid-join
+        line(5.0, "membership.started"),
+        line(5.0, "membership.transition", src="unjoined", dst="joining"),
+        line(7.0, "membership.transition", src="joining", dst="syncing"),
+        line(9.0, "membership.assigned", active=["0_0"], revoked=[]),
+        line(9.0, "membership.transition", src="syncing", dst="stable"),
+    ]
+    assert _worker_timeline("a", eager, []).rounds == [(T0, T0 + 3.0)]
+    assert _worker_timeline("b", cooperative, []).rounds == [(T0 + 5.0, T0 + 9.0)]
