@@ -8,10 +8,16 @@ Keeping the decision pure makes it testable with property tests
 :func:`plan` follows these steps (reference/kafka-streams-state.md §4.5, adapted):
 
 a. Caught up. A client is caught up on a task when its lag is at most
-   ``acceptable_recovery_lag``; a previous active (``prev_active``) always is.
+   ``acceptable_recovery_lag``; a previous active (``prev_active``) always is. Every
+   choice below ranks caught-up clients as equals (KIP-441) and compares lags beyond the
+   bound only, so among caught-up clients balance, then the key, decides. Otherwise the
+   previous owner of a move, which just ran the task, would outrank the intended
+   owner's standby in the follow-up round (step f) and take the task back.
 b. Ideal placement, balanced and sticky: with ``T`` tasks and ``N`` clients each client
    gets ``T // N`` actives, ``T % N`` of them one more, so counts differ by at most one.
-   b1. Each task's previous owner keeps it, up to ``T // N`` tasks. An owner over quota
+   b1. Each task's previous owner keeps it, up to ``T // N`` tasks. The previous owner
+       is the client claiming it (``prev_active``), else, for a move the last plan
+       withheld (``previous_moves``), its intended owner. An owner over quota
        gives up first the tasks that a client with room is least behind on (a caught-up
        alternative that can take it). The ``T % N`` extra slots go to owners over quota,
        those whose next task is hardest to hand over first (then the most previous
@@ -19,24 +25,40 @@ b. Ideal placement, balanced and sticky: with ``T`` tasks and ``N`` clients each
        over, instead of one whose task would need a warmup. Whoever gets the extra
        slots, as many tasks stay put.
    b2. Every other task goes to the client with room that is least behind on it; within
-       one lag value the task with the fewest such clients goes first, then by TaskId,
-       and each goes to the least loaded of them (then the lowest key).
-   b3. Tasks every client is equally behind on (stateless, or state nobody has) go last,
-       each to the least loaded client with room (ties by key, tasks in TaskId order).
+       one rank (caught up, or one lag beyond the bound) the task with the fewest such
+       clients goes first, then by TaskId, and each goes to the least loaded of them
+       (then the lowest key).
+   b3. Tasks every client ranks equally on (stateless, state nobody has, everyone caught
+       up) go last, each to the least loaded client with room (ties by key, tasks in
+       TaskId order).
 c. Recovery guard. Where the ideal client is not caught up on a task while some client
-   is, the active goes to a caught-up client instead (the previous owner, else the one
-   least behind, then least loaded, then key) and the ideal client gets a **warmup** of
-   it while the group-wide budget ``max_warmup_replicas`` lasts (one counter for the
-   whole group, as in KIP-441). Tasks with the fewest caught-up clients are handled
-   first, then by TaskId. With ``max_warmup_replicas == 0`` this step is skipped: tasks
-   move at once to their ideal client and restore there (the no-warmup baseline of the
-   scale-out benchmark; Kafka Streams itself requires at least 1).
+   is, the active goes to a caught-up client instead (the previous owner, else the least
+   loaded, then key) and the ideal client gets a **warmup** of it while the group-wide
+   budget ``max_warmup_replicas`` lasts (one counter for the whole group, as in
+   KIP-441). Tasks with the fewest caught-up clients are handled first, then by TaskId.
+   With ``max_warmup_replicas == 0`` this step is skipped: tasks move to their ideal
+   client without warming up and restore there (the no-warmup baseline of the scale-out
+   benchmark; Kafka Streams itself requires at least 1).
 d. Standbys: ``num_standby_replicas`` per stateful task on clients holding neither its
    active nor its warmup, least behind first, then fewest standbys so far, then key;
    as many as there are such clients at most.
 e. Probing: when any warmup was placed, ``next_probe_ms = now_ms +
    probing_rebalance_interval_ms`` so the group looks again once warmups had time to
    catch up; otherwise ``NO_PROBE``.
+f. Two-phase moves (KIP-429). A task never becomes active on a new client in the
+   generation in which another client still owns it (lists it in ``prev_active``): the
+   owner must commit and close it first, or both would process and write it. A task
+   whose planned client is not one of its claimers is withheld: active nowhere, listed
+   in ``Plan.pending_moves`` (task -> intended owner), and, when stateful, a standby of
+   the intended owner, which keeps tailing the changelog so that its promotion next
+   round restores only the tail (the previous owner keeps a standby only where step d
+   gives it one). A stateless task is held by nobody meanwhile. Of several claimers (a
+   restarted process whose old member has not expired) the planned client keeps the
+   task when it is one of them; the others just lose it. The previous owners revoke and
+   ask for the follow-up round, in which nobody claims the task and b1 keeps it on the
+   intended owner given the leader's memory (``previous_moves``). A new leader has none
+   and places the task afresh: step a keeps the previous owner from winning it back on
+   lag, but balance may pick another caught-up client than the intended one.
 
 Same input, same output, whatever order the tasks and clients arrive in: every choice
 above ends in a tie-break on the client key and the TaskId.
@@ -91,16 +113,20 @@ class Plan:
 
     Every client given to :func:`plan` has an entry in each map (possibly empty).
     ``next_probe_ms`` is the wall-clock time (ms) of the follow-up probing rebalance,
-    ``NO_PROBE`` when no warmup needs one.
+    ``NO_PROBE`` when no warmup needs one. ``pending_moves`` maps each task withheld
+    this round (step f of the module doc) to the client meant to run it after the
+    follow-up round; such a task is active nowhere, and its intended client holds it in
+    ``standby`` when it is stateful.
     """
 
     active: Mapping[str, frozenset[TaskId]]
     standby: Mapping[str, frozenset[TaskId]]
     warmup: Mapping[str, frozenset[TaskId]]
     next_probe_ms: int = NO_PROBE
+    pending_moves: Mapping[TaskId, str] = field(default_factory=dict)
 
     def owner_of(self, task: TaskId) -> str | None:
-        """The client running ``task`` as active, or None when it is unassigned."""
+        """The client running ``task`` as active, or None when it is unassigned or pending."""
         for client, tasks in self.active.items():
             if task in tasks:
                 return client
@@ -113,30 +139,35 @@ def plan(
     config: PlannerConfig,
     now_ms: int,
     stateless: Collection[TaskId] = frozenset(),
+    previous_moves: Mapping[TaskId, str] | None = None,
 ) -> Plan:
-    """Place every task as active on exactly one client, plus standbys and warmups.
+    """Place every task as active on at most one client, plus standbys and warmups.
 
+    Every task is either active on exactly one client or in ``pending_moves`` (step f).
     ``clients`` is keyed by the id the result should use (normally the process id);
     ``now_ms`` is the leader's wall clock, only used for ``next_probe_ms``. Tasks in
     ``stateless`` have no state: every client counts as caught up on them and they get
-    no standbys or warmups. With no clients the plan is empty. See the module doc.
+    no standbys or warmups. ``previous_moves`` is the ``pending_moves`` of the plan
+    before this one, when the caller still has it: the follow-up round then completes
+    those moves (step b1). With no clients the plan is empty. See the module doc.
     """
     names = sorted(clients)
     if not names:
         return Plan({}, {}, {})
     group = _Group(clients, config, stateless)
     all_tasks = sorted(set(tasks))
-    owners = _previous_owners(all_tasks, group)
+    owners = _previous_owners(all_tasks, group, previous_moves or {})
     ideal = _ideal_placement(all_tasks, group, owners)
     active, warmup = _guard_recovery(all_tasks, ideal, group, owners, config)
     standby = _place_standbys(all_tasks, active, warmup, group, config.num_standby_replicas)
-    by_client = _by_client(names, active.items())
+    pending = _withhold_moves(active, standby, group)
     probe = now_ms + config.probing_rebalance_interval_ms if warmup else NO_PROBE
     return Plan(
-        by_client,
+        _by_client(names, active.items()),
         _by_client(names, ((t, c) for t, cs in standby.items() for c in cs)),
         _by_client(names, warmup.items()),
         probe,
+        pending,
     )
 
 
@@ -156,6 +187,15 @@ class _Group:
 
     def caught_up(self, name: str, task: TaskId) -> bool:
         return self.lag(name, task) <= self.acceptable
+
+    def rank(self, name: str, task: TaskId) -> int:
+        """How far behind for ordering: 0 when caught up (all equal), else the lag."""
+        lag = self.lag(name, task)
+        return 0 if lag <= self.acceptable else lag
+
+    def claimers(self, task: TaskId) -> list[str]:
+        """The clients that run ``task`` as active now (more than one only after a restart)."""
+        return [name for name in self.names if task in self.clients[name].prev_active]
 
     def caught_up_clients(self, task: TaskId) -> list[str]:
         return [name for name in self.names if self.caught_up(name, task)]
@@ -186,16 +226,23 @@ class _Slots:
         return min(roomy, key=lambda n: (len(self.placed[n]), n)) if roomy else None
 
 
-def _previous_owners(tasks: Sequence[TaskId], group: _Group) -> dict[TaskId, str]:
-    """The one previous owner per task; a task claimed by several goes to the lowest key.
-
-    Two claims happen only when a process restarted before its old member expired.
-    """
+def _previous_owners(
+    tasks: Sequence[TaskId], group: _Group, previous_moves: Mapping[TaskId, str]
+) -> dict[TaskId, str]:
+    """The one previous owner per task (step b1); a task claimed by several goes to the
+    lowest key. Two claims happen only when a process restarted before its old member
+    expired. A previous move counts only while nobody claims its task and its target
+    still holds the standby it was given: otherwise the leader's memory is stale."""
     owners: dict[TaskId, str] = {}
     known = set(tasks)
     for name in group.names:
         for task in sorted(group.clients[name].prev_active & known):
             owners.setdefault(task, name)
+    for task, target in previous_moves.items():
+        if task not in known or task in owners or target not in group.clients:
+            continue
+        if task in group.stateless or task in group.clients[target].prev_standby:
+            owners[task] = target
     return owners
 
 
@@ -205,7 +252,7 @@ def _ideal_placement(
     """Step b: a balanced, sticky placement that ignores whether anyone is caught up."""
     slots = _Slots(group.names, len(tasks))
     free = _keep_previous(tasks, group, owners, slots)
-    indifferent = [t for t in free if len({group.lag(n, t) for n in group.names}) == 1]
+    indifferent = [t for t in free if len({group.rank(n, t) for n in group.names}) == 1]
     skip = set(indifferent)
     _place_by_lag([t for t in free if t not in skip], group, slots)
     for task in indifferent:  # b3
@@ -249,26 +296,27 @@ def _receivers(owned: Mapping[str, Sequence[TaskId]], slots: _Slots) -> list[str
 
 
 class _Handover:
-    """How far behind the best client that could take a task over is (lower: cheaper)."""
+    """How far behind the best client that could take a task over is (lower: cheaper;
+    0 when one is caught up)."""
 
     def __init__(self, group: _Group, receivers: Sequence[str]) -> None:
         self._group = group
         self._receivers = receivers
 
     def cost(self, task: TaskId) -> int:
-        lags = (self._group.lag(n, task) for n in self._receivers)
+        lags = (self._group.rank(n, task) for n in self._receivers)
         return min(lags, default=UNKNOWN_LAG)
 
 
 def _place_by_lag(free: Sequence[TaskId], group: _Group, slots: _Slots) -> None:
-    """Step b2: walk (lag, task, client) pairs from the smallest lag up.
+    """Step b2: walk (rank, task, client) pairs from the smallest rank up.
 
     Room only shrinks as tasks are placed, so when a task's turn comes at its largest
     lag every client still with room is offered: every task gets placed.
     """
-    pairs = sorted((group.lag(n, t), t, n) for t in free for n in group.names)
+    pairs = sorted((group.rank(n, t), t, n) for t in free for n in group.names)
     placed: set[TaskId] = set()
-    for _lag, level in groupby(pairs, key=lambda p: p[0]):
+    for _rank, level in groupby(pairs, key=lambda p: p[0]):
         candidates: dict[TaskId, list[str]] = {}
         for _, task, name in level:
             candidates.setdefault(task, []).append(name)
@@ -302,7 +350,7 @@ def _guard_recovery(
     budget = config.max_warmup_replicas
     for task in moves:
         target = ideal[task]
-        chosen = _stand_in(task, caught_up[task], group, owners.get(task), load)
+        chosen = _stand_in(caught_up[task], owners.get(task), load)
         active[task] = chosen
         load[target] -= 1
         load[chosen] += 1
@@ -312,15 +360,10 @@ def _guard_recovery(
     return active, warmup
 
 
-def _stand_in(
-    task: TaskId,
-    caught_up: Sequence[str],
-    group: _Group,
-    owner: str | None,
-    load: Mapping[str, int],
-) -> str:
-    """The caught-up client that runs ``task`` while its ideal client warms up."""
-    return min(caught_up, key=lambda n: (n != owner, group.lag(n, task), load[n], n))
+def _stand_in(caught_up: Sequence[str], owner: str | None, load: Mapping[str, int]) -> str:
+    """The caught-up client that runs a task while its ideal client warms up: its owner,
+    which runs it already, else the least loaded (caught-up clients rank equal)."""
+    return min(caught_up, key=lambda n: (n != owner, load[n], n))
 
 
 def _place_standbys(
@@ -349,8 +392,26 @@ def _place_standbys(
 def _standby_order(
     task: TaskId, eligible: Iterable[str], group: _Group, count: Mapping[str, int]
 ) -> list[str]:
-    """Least behind first (least to restore on failover), then fewest standbys, then key."""
-    return sorted(eligible, key=lambda n: (group.lag(n, task), count[n], n))
+    """Least behind first (least to restore on failover; caught-up clients rank equal, so
+    the standby load is balanced among them), then fewest standbys, then key."""
+    return sorted(eligible, key=lambda n: (group.rank(n, task), count[n], n))
+
+
+def _withhold_moves(
+    active: dict[TaskId, str], standby: dict[TaskId, list[str]], group: _Group
+) -> dict[TaskId, str]:
+    """Step f: take every move to a new owner out of ``active`` (in place), give the
+    intended owner a standby of it when stateful, and return task -> intended owner."""
+    pending: dict[TaskId, str] = {}
+    for task, planned in sorted(active.items()):
+        claimers = group.claimers(task)
+        if not claimers or planned in claimers:
+            continue
+        pending[task] = planned
+        del active[task]
+        if task not in group.stateless:
+            standby.setdefault(task, []).append(planned)
+    return pending
 
 
 def _by_client(

@@ -51,14 +51,16 @@ def test_a_task_stays_with_its_previous_owner() -> None:
     assert result.active == {"a": {T(0, 2), T(0, 3)}, "b": {T(0, 0), T(0, 1)}}
 
 
-def test_an_overloaded_owner_hands_tasks_to_a_caught_up_client_at_once() -> None:
+def test_an_overloaded_owner_hands_tasks_to_a_caught_up_client_without_warming_up() -> None:
     tasks = _tasks(1, 4)
     clients = {
         "a": ClientState("a", prev_active=frozenset(tasks)),
         "b": _caught_up("b", tasks),
     }
     result = plan(tasks, clients, CONFIG, NOW)
-    assert result.active == {"a": {T(0, 0), T(0, 1)}, "b": {T(0, 2), T(0, 3)}}
+    # Two-phase moves: a still owns T(0, 2) and T(0, 3), so b gets them next round.
+    assert result.active == {"a": {T(0, 0), T(0, 1)}, "b": set()}
+    assert result.pending_moves == {T(0, 2): "b", T(0, 3): "b"}
     assert result.warmup == {"a": frozenset(), "b": frozenset()}
     assert result.next_probe_ms == NO_PROBE
 
@@ -70,11 +72,12 @@ def test_an_overloaded_owner_gives_up_first_the_tasks_someone_else_has_caught_up
         "b": _caught_up("b", [T(0, 1), T(0, 3)]),
     }
     result = plan(tasks, clients, CONFIG, NOW)
-    assert result.active == {"a": {T(0, 0), T(0, 2)}, "b": {T(0, 1), T(0, 3)}}
+    assert result.active == {"a": {T(0, 0), T(0, 2)}, "b": set()}
+    assert result.pending_moves == {T(0, 1): "b", T(0, 3): "b"}
     assert result.next_probe_ms == NO_PROBE
 
 
-def test_a_freed_task_goes_to_the_client_least_behind_on_it() -> None:
+def test_freed_tasks_go_to_any_caught_up_client_the_scarcest_first() -> None:
     tasks = _tasks(1, 3)
     clients = {
         "a": ClientState("a", prev_active=frozenset(tasks)),
@@ -82,10 +85,30 @@ def test_a_freed_task_goes_to_the_client_least_behind_on_it() -> None:
         "c": ClientState("c", lags={T(0, 1): 9000, T(0, 2): 100}),
     }
     result = plan(tasks, clients, CONFIG, NOW)
-    # a keeps T(0, 0) (nobody else has it); T(0, 2) goes to c (100 < 500); T(0, 1) then
-    # to b, the only client left with room, which is not caught up: a runs it meanwhile.
-    assert result.active == {"a": {T(0, 0), T(0, 1)}, "b": set(), "c": {T(0, 2)}}
-    assert result.warmup == {"a": set(), "b": {T(0, 1)}, "c": set()}
+    # a keeps T(0, 0) (nobody else has it). Only c is caught up on T(0, 1): it goes first,
+    # to c. b and c are equally caught up on T(0, 2) (500 and 100 are both within the
+    # bound) and c is full: b. No warmup needed; both moves wait for the next round.
+    assert result.active == {"a": {T(0, 0)}, "b": set(), "c": set()}
+    assert result.pending_moves == {T(0, 1): "c", T(0, 2): "b"}
+    assert result.warmup == {"a": set(), "b": set(), "c": set()}
+
+
+def test_among_caught_up_clients_the_less_loaded_gets_a_task_not_the_least_behind() -> None:
+    clients = {
+        "a": ClientState("a", prev_active=frozenset({T(0, 1)}), lags={T(0, 0): 0}),
+        "b": ClientState("b", lags={T(0, 0): 5}),
+    }
+    result = plan(_tasks(1, 3), clients, CONFIG, NOW)
+    assert result.active == {"a": {T(0, 1), T(0, 2)}, "b": {T(0, 0)}}
+
+
+def test_beyond_the_recovery_lag_the_least_behind_client_gets_a_task() -> None:
+    clients = {
+        "a": ClientState("a", lags={T(0, 0): 50_000}),
+        "b": ClientState("b", lags={T(0, 0): 20_000}),
+    }
+    config = PlannerConfig(acceptable_recovery_lag=10_000)
+    assert plan([T(0, 0)], clients, config, NOW).owner_of(T(0, 0)) == "b"
 
 
 def test_ties_go_to_the_lowest_key() -> None:

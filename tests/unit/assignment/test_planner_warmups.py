@@ -56,16 +56,22 @@ def test_a_warmup_within_the_recovery_lag_becomes_the_active() -> None:
         ),
     }
     result = plan(tasks, clients, PlannerConfig(acceptable_recovery_lag=10_000), NOW)
-    # T(0, 2) is within the lag: it moves. T(0, 3) is not yet: it keeps warming up.
-    assert result.active == {"a": {T(0, 0), T(0, 1), T(0, 3)}, "b": {T(0, 2)}}
+    # T(0, 2) is within the lag: it moves, in two rounds (a still owns it), and b keeps
+    # it warm as a standby meanwhile. T(0, 3) is not yet: it keeps warming up.
+    assert result.active == {"a": {T(0, 0), T(0, 1), T(0, 3)}, "b": set()}
+    assert result.pending_moves == {T(0, 2): "b"}
+    assert result.standby["b"] == {T(0, 2)}
     assert result.warmup["b"] == {T(0, 3)}
 
 
-def test_with_no_warmup_budget_tasks_move_at_once() -> None:
+def test_with_no_warmup_budget_tasks_move_without_warming_up() -> None:
     tasks = _tasks(8)
     clients = {"a": ClientState("a", prev_active=frozenset(tasks)), "b": _fresh("b", tasks)}
     result = plan(tasks, clients, PlannerConfig(max_warmup_replicas=0), NOW)
-    assert {name: len(active) for name, active in result.active.items()} == {"a": 4, "b": 4}
+    # Still in two rounds: b restores them as standbys until a has let go of them.
+    assert result.active == {"a": set(tasks[:4]), "b": set()}
+    assert result.pending_moves == dict.fromkeys(tasks[4:], "b")
+    assert result.standby == {"a": set(), "b": set(tasks[4:])}
     assert result.warmup == {"a": frozenset(), "b": frozenset()}
     assert result.next_probe_ms == NO_PROBE
 
@@ -84,16 +90,18 @@ def test_the_previous_owner_stands_in_even_when_another_caught_up_client_has_les
     assert result.warmup["b"] == {T(0, 2), T(0, 3)}
 
 
-def test_without_a_previous_owner_the_least_behind_caught_up_client_stands_in() -> None:
-    tasks = _tasks(3)
+def test_without_a_previous_owner_the_least_loaded_caught_up_client_stands_in() -> None:
+    tasks = _tasks(4)
     clients = {
-        "a": ClientState("a", prev_active=frozenset({T(0, 0)}), lags={T(0, 2): 10}),
-        "b": ClientState("b", prev_active=frozenset({T(0, 1)}), lags={T(0, 2): 5}),
+        "a": ClientState("a", prev_active=frozenset({T(0, 0)}), lags={T(0, 3): 10}),
+        "b": ClientState("b", prev_active=frozenset({T(0, 1), T(0, 2)}), lags={T(0, 3): 5}),
         "c": _fresh("c", tasks),
     }
     result = plan(tasks, clients, PlannerConfig(), NOW)
-    assert result.active == {"a": {T(0, 0)}, "b": {T(0, 1), T(0, 2)}, "c": set()}
-    assert result.warmup["c"] == {T(0, 2)}
+    # c is the ideal client of T(0, 3) and is not caught up; a and b both are (10 and 5
+    # are within the bound, so equal): a, which runs fewer tasks, stands in.
+    assert result.active == {"a": {T(0, 0), T(0, 3)}, "b": {T(0, 1), T(0, 2)}, "c": set()}
+    assert result.warmup["c"] == {T(0, 3)}
 
 
 def test_every_task_gets_a_standby_on_another_client_spread_evenly() -> None:
@@ -127,11 +135,12 @@ def test_a_task_warming_up_somewhere_gets_no_standby_there() -> None:
     assert result.standby["a"] == frozenset()
 
 
-def test_stateless_tasks_move_at_once_and_get_no_standbys() -> None:
+def test_stateless_tasks_move_without_warming_up_and_get_no_standbys() -> None:
     tasks = _tasks(4)
     clients = {"a": ClientState("a", prev_active=frozenset(tasks)), "b": _fresh("b", tasks)}
     config = PlannerConfig(num_standby_replicas=1)
     result = plan(tasks, clients, config, NOW, stateless=frozenset(tasks))
-    assert result.active == {"a": {T(0, 0), T(0, 1)}, "b": {T(0, 2), T(0, 3)}}
+    assert result.active == {"a": {T(0, 0), T(0, 1)}, "b": set()}
+    assert result.pending_moves == {T(0, 2): "b", T(0, 3): "b"}
     assert result.standby == result.warmup == {"a": frozenset(), "b": frozenset()}
     assert result.next_probe_ms == NO_PROBE
