@@ -7,19 +7,31 @@ pure planner's, and this module only translates between kafka-python's protocol 
 our versioned user data (:mod:`worker.assignment.model`) and tasks. Only ``worker.kafka``
 imports kafka-python.
 
+The rebalance protocol is cooperative (KIP-429, :meth:`TaskAssignor.supported_protocols`):
+members keep what they own across a rebalance, and the plan never gives a task to a new
+owner while another member still owns it (step f of :mod:`worker.assignment.planner`).
+Such a task is withheld for one round: its owner loses its partitions in this
+assignment, revokes the task and asks for the follow-up round (the member's part), in
+which the task goes to its intended owner.
+
 The leader's round, in order (reference/kafka-streams-state.md §4.4-4.5):
 
-1. Tasks from the cluster metadata; clients from the subscriptions.
+1. Tasks from the cluster metadata; clients from the subscriptions (``prev_active`` is
+   what each member owns).
 2. Each task's changelog partitions (partition ``p`` of each changelog topic of its
    subtopology) and their end offsets from the injected ``end_offsets`` source. Any
    failure there is logged and counts as "unknown": lags then fall back to the members'
    own reports (:mod:`worker.assignment.lags`), so a slow admin request never fails the
    rebalance.
-3. Lags per client and task, then :func:`planner.plan` with the leader's wall clock.
-4. Per member: actives (whose source partitions are the member's assigned partitions),
-   standbys, warmups, the group's host maps (standby hosts include warmups), and
-   ``next_probe_ms`` for exactly one member (the lowest client key) when warmups need a
-   probing rebalance, so the group probes once, not once per member.
+3. Lags per client and task, then :func:`planner.plan` with the leader's wall clock and
+   the pending moves of the last plan this leader made (the follow-up round completes
+   them; a new leader has none and plans afresh).
+4. Per member: actives (whose source partitions are the member's assigned partitions,
+   so a withheld task's partitions go to nobody this round), standbys (including the
+   interim standby of a withheld task on its intended owner), warmups, the group's host
+   maps (standby hosts include warmups), and ``next_probe_ms`` for exactly one member
+   (the lowest client key) when warmups need a probing rebalance, so the group probes
+   once, not once per member. ``membership.assign`` logs the withheld moves.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor, RebalanceProtocol
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -52,7 +64,8 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     Runs on kafka-python's IO thread. ``metadata`` returns the subscription the member
     prepared on its own thread; ``on_assignment`` only parks the decoded result for
-    :meth:`take`. ``assign`` (leader only) is pure apart from logging.
+    :meth:`take`. ``assign`` (leader only) is pure apart from logging and remembering the
+    plan's pending moves for the next ``assign`` (only that thread touches them).
     """
 
     name = ASSIGNOR_NAME
@@ -78,6 +91,13 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._lock = threading.Lock()
         self._subscription = b""
         self._received: Assignment | UserDataError | None = None
+        self._pending_moves: Mapping[TaskId, str] = {}
+
+    def supported_protocols(self) -> list[RebalanceProtocol]:
+        """Cooperative only (KIP-429): the plan withholds every task that changes owner
+        for one round, which is what the cooperative protocol needs; the eager protocol
+        (revoke everything at every rebalance) is not supported."""
+        return [RebalanceProtocol.COOPERATIVE]
 
     def set_subscription(self, subscription: Subscription) -> None:
         """The user data of the next JoinGroup, encoded on the member's thread.
@@ -123,6 +143,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         active_hosts = _hosts(result.active, subscriptions, keys)
         standby_hosts = _hosts(_merge(result.standby, result.warmup), subscriptions, keys)
         prober = min(keys.values(), default="")
+        self._pending_moves = result.pending_moves
         self._log.info(
             "membership.assign",
             members=len(members),
@@ -130,6 +151,8 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             standbys=sum(map(len, result.standby.values())),
             warmups=sum(map(len, result.warmup.values())),
             next_probe_ms=result.next_probe_ms,
+            pending_moves=len(result.pending_moves),
+            moves=[f"{task}->{key}" for task, key in sorted(result.pending_moves.items())],
         )
         assignments = {}
         for member in subscriptions:
@@ -159,7 +182,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         }
         stateless = frozenset(t for t, parts in per_task.items() if not parts)
         now_ms = int(self._clock.wall() * 1000)
-        return planner.plan(tasks, clients, self._config, now_ms, stateless)
+        return planner.plan(tasks, clients, self._config, now_ms, stateless, self._pending_moves)
 
     def _fetch_end_offsets(self, per_task: Mapping[TaskId, Sequence[TP]]) -> dict[TP, int]:
         """Log-end offsets of every changelog partition we could learn; the rest are unknown."""

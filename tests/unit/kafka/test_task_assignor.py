@@ -7,10 +7,12 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
+from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from structlog.testing import capture_logs
 
 from worker.assignment.model import (
     NO_PROBE,
@@ -287,9 +289,19 @@ def test_stateless_tasks_get_no_standbys_and_are_handed_over_first() -> None:
     stateless = {T(0, p) for p in range(4)}
     assert not any(stateless & a.standby for _, a in result.values())
     assert not any(stateless & a.warmup for _, a in result.values())
-    # Nothing to restore: balance moves the stateless tasks, at once, and nothing else.
-    assert result["m2"][1].active == stateless
+    # Nothing to restore: balance moves the stateless tasks and nothing else, in the
+    # follow-up round (m1 owns them now); nobody holds them meanwhile.
+    assert result["m1"][1].active == _all_tasks() - stateless
+    assert result["m2"][1].active == frozenset()
     assert result["m1"][1].next_probe_ms == NO_PROBE
+
+    follow_up = [
+        _member("m1", _sub("p1", 1, _all_tasks() - stateless)),
+        _member("m2", _sub("p2", 2)),
+    ]
+    result = _assign(follow_up, assignor=assignor)
+    assert result["m2"][1].active == stateless
+    assert result["m2"][0] == _sources(frozenset(stateless))
 
 
 def test_the_probe_goes_to_the_lowest_client_key_only() -> None:
@@ -299,3 +311,58 @@ def test_the_probe_goes_to_the_lowest_client_key_only() -> None:
     probes = {m: a.next_probe_ms for m, (_, a) in result.items()}
     assert probes["m3"] > 0
     assert probes["m1"] == probes["m2"] == NO_PROBE
+
+
+def test_the_assignor_declares_the_cooperative_protocol_only() -> None:
+    assignor = TaskAssignor(SOURCES, PlannerConfig())
+    assert assignor.supported_protocols() == [RebalanceProtocol.COOPERATIVE]
+
+
+def _caught_up_newcomer_round(assignor: TaskAssignor) -> dict[str, tuple[set[TP], Assignment]]:
+    """m1 runs every task; m2 joins with state as current as m1's."""
+    sums = dict.fromkeys(_all_tasks(), 1_000_000)
+    members = [
+        _member("m1", _sub("p1", 1, _all_tasks(), sums=sums)),
+        _member("m2", _sub("p2", 2, sums=sums)),
+    ]
+    return _assign(members, assignor=assignor)
+
+
+def test_a_task_changing_owner_is_withheld_for_a_round_and_its_partitions_go_to_nobody() -> None:
+    assignor = _ha_assignor(EndOffsets(_ends(1_000_000)))
+    with capture_logs() as logs:
+        result = _caught_up_newcomer_round(assignor)
+
+    (owned_1, first), (owned_2, second) = result["m1"], result["m2"]
+    withheld = _all_tasks() - first.active
+    assert len(first.active) == 4
+    assert second.active == frozenset() and owned_2 == set()
+    assert owned_1 == _sources(first.active)
+    # The intended owner tails them as standbys meanwhile; no warmup is needed.
+    assert withheld <= second.standby
+    assert second.warmup == frozenset()
+    assert first.active_hosts == {"h:1": first.active, "h:2": frozenset()}
+    (event,) = [e for e in logs if e["event"] == "membership.assign"]
+    assert event["pending_moves"] == 4
+    assert event["moves"] == [f"{task}->p2" for task in sorted(withheld)]
+
+
+def test_the_follow_up_round_gives_withheld_tasks_to_their_intended_owner() -> None:
+    assignor = _ha_assignor(EndOffsets(_ends(1_000_000)))
+    first = _caught_up_newcomer_round(assignor)
+    kept, interim = first["m1"][1].active, first["m2"][1].standby
+    # m1 revoked the others and still reports their state (it ran them until then), as
+    # current as m2's standbys.
+    sums = dict.fromkeys(_all_tasks(), 1_000_000)
+    members = [
+        _member("m1", _sub("p1", 1, set(kept), sums=sums)),
+        _member("m2", _sub("p2", 2, sums=sums, standby=set(interim))),
+    ]
+    with capture_logs() as logs:
+        result = _assign(members, assignor=assignor)
+
+    assert result["m1"][1].active == kept
+    assert result["m2"][1].active == _all_tasks() - kept
+    assert result["m2"][0] == _sources(result["m2"][1].active)
+    (event,) = [e for e in logs if e["event"] == "membership.assign"]
+    assert event["pending_moves"] == 0
