@@ -22,7 +22,7 @@ a negative sum still decodes, and the leader counts it as no report.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -84,9 +84,14 @@ class Subscription:
     # rebalance bumps it, so its rejoin carries new metadata, which brokers answer with a
     # rebalance (Kafka Streams' ``uniqueField``); nothing else reads it.
     rebalance_requests: int = 0
+    # The two-phase moves of the latest assignment this member received (task -> the
+    # client key it goes to), echoed so that whichever member leads the follow-up round
+    # finishes them as planned, even when the previous leader is gone.
+    pending_moves: Mapping[TaskId, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_offset_sums", MappingProxyType(dict(self.task_offset_sums)))
+        object.__setattr__(self, "pending_moves", MappingProxyType(dict(self.pending_moves)))
         object.__setattr__(self, "prev_active", _tasks(self.prev_active))
         object.__setattr__(self, "prev_standby", _tasks(self.prev_standby))
 
@@ -107,6 +112,7 @@ class Subscription:
                 "prev_active": _encode_tasks(self.prev_active),
                 "prev_standby": _encode_tasks(self.prev_standby),
                 "rebalance_requests": self.rebalance_requests,
+                "pending_moves": _encode_moves(self.pending_moves),
             }
         )
 
@@ -125,6 +131,7 @@ class Subscription:
                 prev_active=_decode_tasks(obj.get("prev_active", [])),
                 prev_standby=_decode_tasks(obj.get("prev_standby", [])),
                 rebalance_requests=_int(obj.get("rebalance_requests", 0)),
+                pending_moves=_decode_moves(obj.get("pending_moves", {})),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedUserData(f"subscription user data is malformed: {exc}") from exc
@@ -151,8 +158,11 @@ class Assignment:
     standby_hosts: Mapping[str, frozenset[TaskId]]
     next_probe_ms: int = NO_PROBE
     generation: int = -1
+    # The group's two-phase moves under way (task -> the client key it goes to next round).
+    pending_moves: Mapping[TaskId, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "pending_moves", MappingProxyType(dict(self.pending_moves)))
         object.__setattr__(self, "active", _tasks(self.active))
         object.__setattr__(self, "standby", _tasks(self.standby))
         object.__setattr__(self, "warmup", _tasks(self.warmup))
@@ -178,6 +188,7 @@ class Assignment:
                 "active_hosts": _encode_hosts(self.active_hosts),
                 "standby_hosts": _encode_hosts(self.standby_hosts),
                 "next_probe_ms": self.next_probe_ms,
+                "pending_moves": _encode_moves(self.pending_moves),
             }
         )
 
@@ -194,6 +205,7 @@ class Assignment:
                 standby_hosts=_decode_hosts(obj.get("standby_hosts", {})),
                 next_probe_ms=_int(obj.get("next_probe_ms", NO_PROBE)),
                 generation=generation,
+                pending_moves=_decode_moves(obj.get("pending_moves", {})),
             )
         except (TypeError, ValueError) as exc:
             raise MalformedUserData(f"assignment user data is malformed: {exc}") from exc
@@ -245,3 +257,13 @@ def _decode_hosts(values: object) -> dict[str, frozenset[TaskId]]:
     if not isinstance(values, dict):
         raise TypeError(f"expected an object of host -> task ids, got {values!r}")
     return {_str(host): _decode_tasks(tasks) for host, tasks in values.items()}
+
+
+def _encode_moves(moves: Mapping[TaskId, str]) -> dict[str, str]:
+    return {str(task): key for task, key in sorted(moves.items())}
+
+
+def _decode_moves(values: object) -> dict[TaskId, str]:
+    if not isinstance(values, dict):
+        raise TypeError(f"expected an object of task id -> client, got {values!r}")
+    return {TaskId.parse(_str(task)): _str(key) for task, key in values.items()}

@@ -245,6 +245,7 @@ class GroupMember:
         self._owned: frozenset[TaskId] = frozenset()  # actives of the latest assignment
         self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
         self._rebalance_requests = 0
+        self._pending_moves: Mapping[TaskId, str] = {}  # echoed to whoever leads next
         self._publish_state()
 
     @property
@@ -404,6 +405,7 @@ class GroupMember:
             return []
         revoked = self._owned - assignment.active
         self._owned = assignment.active
+        self._pending_moves = assignment.pending_moves
         self._metrics.rebalances.inc()
         self._log.info(
             "membership.assigned",
@@ -433,7 +435,11 @@ class GroupMember:
             self._metrics.follow_up_rebalances.inc()
         group_coordinator.request_rejoin(consumer)
         self._assignor.set_subscription(
-            replace(self._subscription(), rebalance_requests=self._rebalance_requests)
+            replace(
+                self._subscription(),
+                rebalance_requests=self._rebalance_requests,
+                pending_moves=self._pending_moves,
+            )
         )
         self._rebalance_reason = None  # this join carries everything the request was about
         self._join_generation = self.generation

@@ -164,6 +164,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 active_hosts,
                 standby_hosts,
                 result.next_probe_ms if key == prober else NO_PROBE,
+                pending_moves=result.pending_moves,
             ).encode()
             owned = self._partitions(result.active[key], partitions)
             assignments[member] = ConsumerProtocolAssignment(self.version, owned, user_data)
@@ -182,7 +183,14 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         }
         stateless = frozenset(t for t, parts in per_task.items() if not parts)
         now_ms = int(self._clock.wall() * 1000)
-        return planner.plan(tasks, clients, self._config, now_ms, stateless, self._pending_moves)
+        return planner.plan(
+            tasks,
+            clients,
+            self._config,
+            now_ms,
+            stateless,
+            _moves(self._pending_moves, subscriptions),
+        )
 
     def _fetch_end_offsets(self, per_task: Mapping[TaskId, Sequence[TP]]) -> dict[TP, int]:
         """Log-end offsets of every changelog partition we could learn; the rest are unknown."""
@@ -243,6 +251,22 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 "membership.subscription_undecodable", member_id=member_id, error=str(exc)
             )
             return Subscription.empty(process_id=member_id)
+
+
+def _moves(
+    remembered: Mapping[TaskId, str], subscriptions: Mapping[str, Subscription]
+) -> dict[TaskId, str]:
+    """The moves under way: this leader's own memory first, then what members echo.
+
+    The echo lets a member that did not plan the previous round (the leader left, or
+    another member became leader) finish its moves as planned; all echoes of one round
+    agree, and ties go to the lowest client key.
+    """
+    moves = dict(remembered)
+    for key in sorted(subscriptions):
+        for task, target in subscriptions[key].pending_moves.items():
+            moves.setdefault(task, target)
+    return moves
 
 
 def _client_keys(subscriptions: Mapping[str, Subscription]) -> dict[str, str]:

@@ -28,6 +28,8 @@ def _subscription() -> Subscription:
         task_offset_sums={T(0, 1): LATEST_OFFSET, T(1, 3): 1234},
         prev_active=frozenset({T(0, 1)}),
         prev_standby=frozenset({T(1, 3)}),
+        rebalance_requests=3,
+        pending_moves={T(0, 2): "8d6f0c1e-0000-4000-8000-000000000002"},
     )
 
 
@@ -39,6 +41,7 @@ def _assignment() -> Assignment:
         active_hosts={"a:1": frozenset({T(0, 1), T(1, 1)}), "b:2": frozenset({T(0, 2)})},
         standby_hosts={"a:1": frozenset({T(0, 2)})},
         next_probe_ms=1_700_000_000_000,
+        pending_moves={T(0, 3): "b"},
     )
 
 
@@ -55,6 +58,8 @@ def test_subscription_encoding_is_deterministic_and_versioned() -> None:
         dict(reversed(list(sub.task_offset_sums.items()))),
         sub.prev_active,
         sub.prev_standby,
+        sub.rebalance_requests,
+        dict(reversed(list(sub.pending_moves.items()))),
     )
     assert sub.encode() == shuffled.encode()
     raw = orjson.loads(sub.encode())

@@ -330,3 +330,14 @@ def test_planner_settings_come_from_the_configuration() -> None:
     config = planner_config(settings)
     assert (config.num_standby_replicas, config.max_warmup_replicas) == (2, 3)
     assert (config.acceptable_recovery_lag, config.probing_rebalance_interval_ms) == (500, 90_000)
+
+
+def test_the_moves_under_way_are_echoed_at_the_next_join(harness: Harness) -> None:
+    harness.member.poll()
+    moving = Assignment(
+        frozenset({A}), frozenset({B}), frozenset(), {}, {}, pending_moves={C: "p2"}
+    )
+    harness.finish(moving, 1)
+    harness.fake.rejoin = True
+    harness.member.poll()
+    assert harness.sent().pending_moves == {C: "p2"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 
 import orjson
@@ -366,3 +367,27 @@ def test_the_follow_up_round_gives_withheld_tasks_to_their_intended_owner() -> N
     assert result["m2"][0] == _sources(result["m2"][1].active)
     (event,) = [e for e in logs if e["event"] == "membership.assign"]
     assert event["pending_moves"] == 0
+
+
+def test_every_member_learns_the_moves_under_way_and_a_new_leader_finishes_them() -> None:
+    first = _caught_up_newcomer_round(_ha_assignor(EndOffsets(_ends(1_000_000))))
+    kept, interim = first["m1"][1].active, first["m2"][1].standby
+    moves = first["m2"][1].pending_moves
+    assert first["m1"][1].pending_moves == moves == dict.fromkeys(_all_tasks() - kept, "p2")
+    # The follow-up round is planned by a leader that did not plan the first one: it
+    # knows the moves only from what the members echo in their subscriptions.
+    sums = dict.fromkeys(_all_tasks(), 1_000_000)
+
+    def echo(process: str, port: int, prev: set[TaskId], standby: set[TaskId]) -> bytes:
+        sub = Subscription.decode(_sub(process, port, prev, sums=sums, standby=standby))
+        return replace(sub, pending_moves=moves).encode()
+
+    members = [
+        _member("m1", echo("p1", 1, set(kept), set())),
+        _member("m2", echo("p2", 2, set(), set(interim))),
+    ]
+    result = _assign(members, assignor=_ha_assignor(EndOffsets(_ends(1_000_000))))
+
+    assert result["m2"][1].active == _all_tasks() - kept
+    assert result["m1"][1].active == kept
+    assert result["m2"][1].pending_moves == {}
