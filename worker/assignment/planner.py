@@ -56,9 +56,9 @@ f. Two-phase moves (KIP-429). A task never becomes active on a new client in the
    restarted process whose old member has not expired) the planned client keeps the
    task when it is one of them; the others just lose it. The previous owners revoke and
    ask for the follow-up round, in which nobody claims the task and b1 keeps it on the
-   intended owner given the leader's memory (``previous_moves``). A new leader has none
-   and places the task afresh: step a keeps the previous owner from winning it back on
-   lag, but balance may pick another caught-up client than the intended one.
+   intended owner given ``previous_moves``: the leader's own memory, or, when another
+   member planned the previous round, the moves every assignment carries and members
+   echo in their subscriptions (:mod:`worker.kafka.task_assignor`).
 
 Same input, same output, whatever order the tasks and clients arrive in: every choice
 above ends in a tie-break on the client key and the TaskId.
