@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from tests.support.waiting import wait_until
 from worker.config import Settings
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.clients import Admin, TopicSpec, WatermarkReader
 
 pytestmark = pytest.mark.integration
 
@@ -31,3 +31,24 @@ def test_end_offsets_requested_without_waiting_come_back_once_ready(bootstrap: s
 
     wait_until(pending.ready, timeout=10, message="ListOffsets answered")
     assert pending.result() == {(topic, 0): 3, (topic, 1): 0}
+
+
+def test_one_watermark_reader_answers_again_and_again_with_the_fetch_high_watermark(
+    bootstrap: str,
+) -> None:
+    topic = f"watermarks-{uuid.uuid4().hex[:8]}"
+    settings = Settings.model_validate(
+        {"application.id": f"test-{uuid.uuid4().hex[:8]}", "bootstrap.servers": bootstrap}
+    )
+    Admin(settings).create_topics([TopicSpec(topic, 2)])
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    reader = WatermarkReader(settings)
+    try:
+        assert reader.read([(topic, 0), (topic, 1)]) == {(topic, 0): 0, (topic, 1): 0}
+        for i in range(500):  # batched: ListOffsets would under-report these here
+            producer.produce(topic, value=b"v%d" % i, partition=0)
+        producer.flush(10)
+        assert reader.read([(topic, 0)]) == {(topic, 0): 500}
+        assert reader.read([(topic, 0), (topic, 1)]) == {(topic, 0): 500, (topic, 1): 0}
+    finally:
+        reader.close()

@@ -330,45 +330,65 @@ class RestoreConsumer(_PositionedConsumer):
         return FetchedBatch(messages, ends)
 
 
-def fetch_high_watermarks(
-    settings: Settings, partitions: Iterable[TP], timeout: float = 10.0
-) -> dict[TP, int]:
-    """The end of each partition as the fetch path reports it (one short-lived consumer).
+class WatermarkReader:
+    """The end of partitions as the fetch path reports it, over one long-lived consumer.
 
     Each partition is positioned at its logical end and fetched once; the partition-EOF
     event carries the high watermark. Unlike ListOffsets alone this is right on the test
     broker too (platform-facts.md), and it reads at most the tail the broker under-reports.
-    Partitions that do not answer within ``timeout`` are absent from the result.
+    The worker keeps one for its whole run: a consumer made per call cost every
+    assignment that opened tasks with local state ~0.6 s of connecting, during which no
+    task processed (availability benchmark logs). Not thread-safe.
     """
-    wanted = set(partitions)
-    if not wanted:
-        return {}
-    config = base_config(settings, "watermarks")
-    config.update(_fetch_config(settings))
-    config.update(
-        {
-            "group.id": f"{settings.application_id}-watermarks",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "latest",
-            # One empty fetch at the end is the answer: do not let the broker hold it
-            # (start-up waits on this before the group join).
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    consumer = ck.Consumer(config)
-    found: dict[TP, int] = {}
+
+    def __init__(self, settings: Settings) -> None:
+        config = base_config(settings, "watermarks")
+        config.update(_fetch_config(settings))
+        config.update(
+            {
+                "group.id": f"{settings.application_id}-watermarks",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "latest",
+                # One empty fetch at the end is the answer: do not let the broker hold it
+                # (start-up waits on this before the group join).
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self._consumer = ck.Consumer(config)
+
+    def read(self, partitions: Iterable[TP], timeout: float = 10.0) -> dict[TP, int]:
+        """High watermark of each partition; those that do not answer within ``timeout``
+        are absent from the result."""
+        wanted = set(partitions)
+        if not wanted:
+            return {}
+        found: dict[TP, int] = {}
+        self._consumer.assign([ck.TopicPartition(t, p, ck.OFFSET_END) for t, p in sorted(wanted)])
+        try:
+            deadline = time.monotonic() + timeout
+            while len(found) < len(wanted) and time.monotonic() < deadline:
+                for msg in self._consumer.consume(10000, 0.2):
+                    err = msg.error()
+                    if err is not None and err.code() == ck.KafkaError._PARTITION_EOF:
+                        found[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
+        finally:
+            self._consumer.unassign()
+        return found
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def fetch_high_watermarks(
+    settings: Settings, partitions: Iterable[TP], timeout: float = 10.0
+) -> dict[TP, int]:
+    """:meth:`WatermarkReader.read` over a consumer made for this one call."""
+    reader = WatermarkReader(settings)
     try:
-        consumer.assign([ck.TopicPartition(t, p, ck.OFFSET_END) for t, p in sorted(wanted)])
-        deadline = time.monotonic() + timeout
-        while len(found) < len(wanted) and time.monotonic() < deadline:
-            for msg in consumer.consume(10000, 0.2):
-                err = msg.error()
-                if err is not None and err.code() == ck.KafkaError._PARTITION_EOF:
-                    found[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
+        return reader.read(partitions, timeout)
     finally:
-        consumer.close()
-    return found
+        reader.close()
 
 
 class DataConsumer(_PositionedConsumer):

@@ -23,7 +23,7 @@ from worker.kafka.clients import (
     DataConsumer,
     RecordCollector,
     RestoreConsumer,
-    fetch_high_watermarks,
+    WatermarkReader,
 )
 from worker.kafka.membership import GroupMember, Lost, MembershipEvent
 from worker.kafka.topics import TopicWatch, prepare_topics
@@ -193,6 +193,7 @@ class Worker:
             else RecordCollector(settings)
         )
         consumer = DataConsumer(settings)
+        watermarks = WatermarkReader(settings)
         restore_consumer = RestoreConsumer(settings)
         env = RocksDBEnv(settings.rocksdb_memory_bytes)
         self.metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
@@ -217,7 +218,7 @@ class Worker:
             reader,
             consumer,
             member,
-            high_watermarks=lambda tps: fetch_high_watermarks(settings, tps),
+            high_watermarks=watermarks.read,
             commit_protocol=self._commit_protocol(collector, member),
         )
         manager.on_change = self._publish
@@ -259,7 +260,9 @@ class Worker:
                 manager.discard_uncommitted()
             clean = True
         finally:
-            self._shutdown(manager, member, consumer, restore_consumer, collector, clean)
+            self._shutdown(
+                manager, member, (consumer, restore_consumer, watermarks), collector, clean
+            )
         self._set_state(WorkerState.NOT_RUNNING)
         return 0
 
@@ -284,8 +287,7 @@ class Worker:
         self,
         manager: TaskManager,
         member: GroupMember,
-        consumer: DataConsumer,
-        restore_consumer: RestoreConsumer,
+        consumers: tuple[DataConsumer, RestoreConsumer, WatermarkReader],
         collector: RecordCollector,
         clean: bool,
     ) -> None:
@@ -298,8 +300,8 @@ class Worker:
                     self._state_dir.save_member_id(None)
             finally:
                 collector.close()
-                consumer.close()
-                restore_consumer.close()
+                for consumer in consumers:
+                    consumer.close()
                 self._log.info("worker.stopped", clean=clean)
 
     def _on_iteration(self) -> None:
