@@ -473,3 +473,8 @@ def log_time(event: Mapping[str, Any]) -> float:
     """The wall-clock time (epoch seconds) of a structlog JSON event (``timestamp`` in ISO)."""
     stamp = str(event["timestamp"]).replace("Z", "+00:00")
     return dt.datetime.fromisoformat(stamp).timestamp()
+
+
+def starts_join(event: Mapping[str, Any]) -> bool:
+    """Whether a worker log event is its group member starting a join (JoinGroup sent)."""
+    return event.get("event") == "membership.transition" and event.get("dst") == "joining"

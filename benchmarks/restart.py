@@ -19,7 +19,7 @@ is built once and only grows. At each size three launches are timed, each from t
 The cold worker then grows the state to the next size; the old directory is deleted.
 
 Each launch is broken down from the worker's own log lines and metrics: process start
-and imports (to its first log line), stores opened (to ``membership.joining``), the group
+and imports (to its first log line), stores opened (to the member's first ``membership.transition`` to joining), the group
 join (to ``membership.assigned``), and assignment to first record
 (``worker_first_process_after_join_seconds``: the restore and the first fetch). Also
 recorded: records restored (``worker_restored_records_total``), the longest
@@ -36,7 +36,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ from benchmarks.harness import (
     raw_consumer,
     start_broker,
     start_worker,
+    starts_join,
     stop_worker,
     wait_for,
     worker_settings,
@@ -93,8 +94,8 @@ class Launch:
     keys: int  # distinct keys in the input at the launch: its state plus what waits
     first_record: float  # launch to the first processed record
     startup: float  # launch to the first log line: interpreter, imports, settings
-    before_join: float  # first log line to membership.joining: state dir, stores opened
-    join: float  # membership.joining to the first membership.assigned
+    before_join: float  # first log line to the first join: state dir, stores opened
+    join: float  # the first join to the first membership.assigned
     after_join: float  # worker_first_process_after_join_seconds: restore, first fetch
     all_tasks: float  # launch to all four tasks active and running
     restored: int  # worker_restored_records_total once all tasks ran
@@ -254,15 +255,18 @@ def _breakdown(
     if not events:
         raise BenchmarkFailed(f"{worker.name}: no log lines")
 
-    def first(name: str, after: float = 0.0) -> float:
+    def first(name: str, match: Callable[[dict[str, Any]], bool], after: float = 0.0) -> float:
         for event in events:
-            if event.get("event") == name and log_time(event) >= after:
+            if match(event) and log_time(event) >= after:
                 return log_time(event)
         raise BenchmarkFailed(f"{worker.name}: no {name} log line\n{worker.log_tail(30)}")
 
+    def assigned_event(event: dict[str, Any]) -> bool:
+        return event.get("event") == "membership.assigned"
+
     first_line = log_time(events[0])
-    joining = first("membership.joining")
-    assigned = first("membership.assigned", joining)
+    joining = first("membership.transition to joining", starts_join)
+    assigned = first("membership.assigned", assigned_event, joining)
     dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
     return Launch(
         keys=keys,
@@ -357,7 +361,8 @@ def _result(ctx: RunContext, params: Params, steps: Sequence[Step]) -> Result:
         " changelog (which also holds the records fed to the first two launches). The cold"
         " worker grows the next step. The phases come from each worker's log lines:"
         " start-up is launch to its first line (interpreter, imports, settings), stores"
-        " opened runs to `membership.joining`, the group join to `membership.assigned`, and"
+        " opened runs to the first join (`membership.transition` to joining), the group join"
+        " to `membership.assigned`, and"
         " the rest (`worker_first_process_after_join_seconds`) is the restore and the first"
         " fetch.",
         _table(steps),

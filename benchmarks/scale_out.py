@@ -39,6 +39,7 @@ from benchmarks.harness import (
     side_by_side,
     start_broker,
     start_worker,
+    starts_join,
     stop_worker,
     wait_for,
     worker_settings,
@@ -171,10 +172,11 @@ def _reading(by_mode: dict[str, list[ModeOutcome]]) -> str:
     cold = max(o.newcomer_restore_seconds for o in off)
     return (
         f"Reading: the longest join to assignment in these runs took {longest_join:.1f}s. "
-        f"With warmups the worst stall ({worst_on:.1f}s) is that plus resuming; each "
-        "rebalance stops every task (eager protocol), and a warmup costs a second one, "
-        "the probing rebalance. Without warmups the moved tasks also wait for their cold "
-        f"restore (up to {cold:.1f}s here), so their worst stall is {worst_off:.1f}s."
+        f"With warmups the worst stall ({worst_on:.1f}s) is a moved task's: its owner "
+        "hands it over after the probing rebalance and its new owner gets it in the "
+        "follow-up round (cooperative: the tasks that stay never stop). Without warmups "
+        f"the moved tasks also wait for their cold restore (up to {cold:.1f}s here), so "
+        f"their worst stall is {worst_off:.1f}s."
     )
 
 
@@ -330,13 +332,13 @@ def _warmup_seconds(worker: WorkerProcess) -> float | None:
 
 
 def _rebalances(worker: WorkerProcess, start: float, end: float) -> list[float]:
-    """Durations from ``membership.joining`` to the next ``membership.assigned``, for the
-    joins that started between ``start`` and ``end`` (epoch seconds)."""
+    """Durations from a join's start to the next ``membership.assigned``, for the joins
+    that started between ``start`` and ``end`` (epoch seconds)."""
     durations: list[float] = []
     joining: float | None = None
     for event in worker.log_events():
         name = event.get("event")
-        if name == "membership.joining":
+        if starts_join(event):
             joining = log_time(event)
         elif name == "membership.assigned" and joining is not None:
             if start <= joining <= end:
