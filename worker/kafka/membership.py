@@ -40,6 +40,7 @@ of kafka-python's private API is in :mod:`worker.kafka.group_coordinator`.
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -508,7 +509,11 @@ class GroupMember:
         """Stop the member; with ``leave`` send LeaveGroup so the rest rebalance at once.
 
         Without ``leave`` the group notices only when the session times out (what a crash
-        looks like). Idempotent; errors while closing are logged, not raised.
+        looks like). A join under way is let finish first (at most a session timeout):
+        a member that left between its JoinGroup and its SyncGroup, as leader, wedged the
+        test broker's group for good (availability benchmark, rolling restart), and on
+        Kafka it only costs the others a second round. Idempotent; errors while closing
+        are logged, not raised.
         """
         consumer, self._consumer = self._consumer, None
         if self._state is not MemberState.LEFT:
@@ -517,12 +522,23 @@ class GroupMember:
             return
         try:
             if leave:
+                self._finish_join()
                 consumer.close(autocommit=False, timeout_ms=self._settings.session_timeout_ms)
             else:
                 group_coordinator.close_without_leaving(consumer)
         except Exception as exc:  # closing must not mask the caller's error
             self._log.warning("membership.close_failed", error=repr(exc))
         self._log.info("membership.closed", left=leave)
+
+    def _finish_join(self) -> None:
+        """Wait (on the join's own completion, bounded) for a join under way to end."""
+        join, self._join = self._join, None
+        if join is None or join.is_done:
+            return
+        done = threading.Event()
+        join.add_both(lambda _result: done.set())
+        finished = done.wait(self._settings.session_timeout_ms / 1000.0)
+        self._log.info("membership.join_finished_before_leaving", finished=finished)
 
     def _group_metadata(self) -> tuple[int, str]:
         if self._consumer is None:

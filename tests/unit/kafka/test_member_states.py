@@ -8,6 +8,7 @@ tests/integration/test_membership.py.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from kafka.future import Future
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
+from tests.support.waiting import wait_until
 from worker.assignment.model import Assignment, Subscription
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
@@ -52,6 +54,10 @@ class FakeConsumer:
 
     def close(self, autocommit: bool, timeout_ms: int) -> None:
         self.closed = True
+        self.join_done_at_close = self.join is None or self.join.is_done
+
+    join: Future | None = None
+    join_done_at_close: bool | None = None
 
 
 class FakeCoordinator:
@@ -341,3 +347,20 @@ def test_the_moves_under_way_are_echoed_at_the_next_join(harness: Harness) -> No
     harness.fake.rejoin = True
     harness.member.poll()
     assert harness.sent().pending_moves == {C: "p2"}
+
+
+def test_leaving_waits_for_a_join_under_way_to_finish_first(harness: Harness) -> None:
+    harness.member.poll()
+    join = harness.consumer.join = harness.fake.joins[-1]
+
+    def finish_once_close_waits() -> None:
+        wait_until(lambda: join._callbacks, 10, interval=0.01, message="close to wait")
+        harness.fake.finish(harness.consumer, _assignment(A), 1)
+
+    finisher = threading.Thread(target=finish_once_close_waits)
+    finisher.start()
+    harness.member.close()
+    finisher.join(10)
+
+    assert harness.consumer.join_done_at_close is True
+    assert harness.member.state is MemberState.LEFT
