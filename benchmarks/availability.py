@@ -45,9 +45,8 @@ these events and fields, or update ``_worker_timeline``):
   assignment (a restarted worker's copy of its old tasks);
 - ``restore.done`` with ``task_id``, ``role`` and ``records``: what a moved task restored
   on its new owner before it ran (a caught-up copy restores a short tail);
-- rebalance rounds, for the report only: a round starts at ``membership.revoking`` or ``membership.joining``
-  (the eager member) or a ``membership.transition`` out of ``stable`` or into
-  ``joining`` (the cooperative member's state machine), and ends at the next
+- rebalance rounds, for the report only: a round starts at a ``membership.transition``
+  out of ``stable`` or into ``joining`` (the member's state machine), and ends at the next
   ``membership.assigned`` or ``membership.transition`` into ``stable``, whichever comes
   first; ``membership.started`` begins a new run. Unknown events are ignored.
 
@@ -292,8 +291,6 @@ def _worker_timeline(
 
 
 def _round_starts(kind: str, event: dict[str, Any]) -> bool:
-    if kind in ("membership.revoking", "membership.joining"):
-        return True
     if kind != "membership.transition":
         return False
     return str(event.get("src", "")).lower() == "stable" or (

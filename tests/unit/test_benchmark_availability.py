@@ -1,9 +1,8 @@
 """The availability benchmark's reading of worker logs: owners, moves, copies and rounds.
 
 The benchmark judges issue 13's targets from these, so what it reads is pinned here with
-hand-written log lines of both membership protocols: today's eager member
-(``membership.joining`` / ``membership.assigned``) and the cooperative member's
-``membership.transition`` events.
+hand-written log lines of the group member (``membership.transition`` and
+``membership.assigned``) and the task manager (``assignment.applied``).
 """
 
 from __future__ import annotations
@@ -44,17 +43,16 @@ def applied(
 
 def test_a_killed_owners_tasks_move_to_their_standbys_and_the_rest_stay() -> None:
     w1 = [
-        line(0.0, "membership.joining"),
+        line(0.0, "membership.transition", src="unjoined", dst="joining"),
         line(3.0, "membership.assigned", active=["0_0", "0_1"]),
         applied(3.0, ["0_0", "0_1"], standby=["0_2"]),
-        line(20.0, "membership.revoking"),
-        line(20.0, "membership.joining"),
+        line(20.0, "membership.transition", src="stable", dst="joining"),
         line(23.0, "membership.assigned", active=["0_0", "0_1", "0_2"]),
         applied(23.0, ["0_0", "0_1", "0_2"]),
         line(23.5, "restore.done", task_id="0_2", role="active", records=0, seconds=0.01),
     ]
     w2 = [
-        line(0.0, "membership.joining"),
+        line(0.0, "membership.transition", src="unjoined", dst="joining"),
         line(3.0, "membership.assigned", active=["0_2"]),
         applied(3.0, ["0_2"], standby=["0_0", "0_1"]),
     ]
@@ -127,16 +125,19 @@ def test_a_restarted_worker_taking_back_its_tasks_had_them_as_local_state() -> N
     assert set(on_start) == {"0_0"}
     back = on_start["0_0"]
     assert (back.before, back.after, back.had, back.restored) == ("w2", "w1", "local state", 700)
-    assert back.handover_seconds == pytest.approx(0.0)  # taken straight from w2 (eager)
+    assert back.handover_seconds == pytest.approx(0.0)  # taken straight from w2
 
 
-def test_rounds_from_both_protocols_and_a_new_run() -> None:
-    eager = [
-        line(0.0, "membership.revoking"),
-        line(0.1, "membership.joining"),
-        line(3.0, "membership.assigned", active=[]),
+def test_rounds_end_at_the_assignment_and_a_new_run_starts_afresh() -> None:
+    follow_up = [
+        line(0.0, "membership.transition", src="stable", dst="joining"),
+        line(3.0, "membership.assigned", active=[], revoked=["0_1"]),
+        line(3.0, "membership.transition", src="joining", dst="revoking"),
+        line(3.1, "membership.transition", src="revoking", dst="joining"),
+        line(6.0, "membership.assigned", active=[], revoked=[]),
+        line(6.0, "membership.transition", src="joining", dst="stable"),
     ]
-    cooperative = [
+    restarted = [
         line(0.0, "membership.transition", src="stable", dst="joining"),  # killed mid-join
         line(5.0, "membership.started"),
         line(5.0, "membership.transition", src="unjoined", dst="joining"),
@@ -144,5 +145,5 @@ def test_rounds_from_both_protocols_and_a_new_run() -> None:
         line(9.0, "membership.assigned", active=["0_0"], revoked=[]),
         line(9.0, "membership.transition", src="syncing", dst="stable"),
     ]
-    assert _worker_timeline("a", eager, []).rounds == [(T0, T0 + 3.0)]
-    assert _worker_timeline("b", cooperative, []).rounds == [(T0 + 5.0, T0 + 9.0)]
+    assert _worker_timeline("a", follow_up, []).rounds == [(T0, T0 + 3.0), (T0 + 3.1, T0 + 6.0)]
+    assert _worker_timeline("b", restarted, []).rounds == [(T0 + 5.0, T0 + 9.0)]
