@@ -35,21 +35,3 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@dataclass(frozen=True, slots=True)
-class Deadline:
-    """An absolute point on a clock's monotonic scale."""
-
-    clock: Clock
-    at: float
-
-    @classmethod
-    def after(cls, clock: Clock, seconds: float) -> Deadline:
-        return cls(clock, clock.monotonic() + seconds)
-
-    def remaining(self) -> float:
-        return max(0.0, self.at - self.clock.monotonic())
-
-    def expired(self) -> bool:
-        return self.clock.monotonic() >= self.at

@@ -75,7 +75,13 @@ while True:
                 store.put(key, value)
         store.commit({{COMMITTED: step}})
     else:
-        store.apply_restored(records, {{COMMITTED: step, RESTORED: step}})
+        batch = store.restore_batch()
+        for key, value in records:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        store.write_restored(batch, {{COMMITTED: step, RESTORED: step}})
     print("done", kind, step, flush=True)
     step += 1
 """

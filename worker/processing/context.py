@@ -184,6 +184,14 @@ def _unwired(key: Any, value: Any) -> None:
     raise TopologyError("node called before the task graph wired it")
 
 
+class RecordSink(Protocol):
+    """Where sink nodes write (the task's record collector)."""
+
+    def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None
+    ) -> None: ...
+
+
 class ProcessorContext:
     """Per-task context handed to every processor call."""
 
@@ -252,14 +260,6 @@ class ProcessorContext:
                     self._node = node
         if not found:
             raise TopologyError(f"{node.name!r} has no child {to!r}")
-
-    def enter(self, node: str) -> None:
-        """Make ``node`` the current node (used by the task graph when a record arrives)."""
-        self._node = self._nodes[node]
-
-    def set_record(self, record: Record) -> None:
-        """Point the metadata properties at the record being processed."""
-        self._record = record
 
 
 class _NoRecord:

@@ -14,23 +14,22 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from worker.errors import TopologyError
-from worker.processing.context import KeyValueStore, Node, ProcessorContext, RawStore, Record
+from worker.processing.context import (
+    KeyValueStore,
+    Node,
+    ProcessorContext,
+    RawStore,
+    Record,
+    RecordSink,
+)
 from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.topology import SinkNode, SourceNode, Subtopology
 from worker.serde import fast_deserializer, fast_serializer
 
 Runner = Callable[[Record], None]
-
-
-class RecordSink(Protocol):
-    """Where sink nodes write (the task's record collector)."""
-
-    def send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None
-    ) -> None: ...
 
 
 class TaskGraph:
@@ -78,17 +77,6 @@ class TaskGraph:
             s.topic: self._source_runner(s, nodes[s.name]) for s in subtopology.sources
         }
 
-    def runner(self, topic: str) -> Runner:
-        """The function that runs one record of ``topic`` (KeyError for another topic).
-
-        It deserialises the record and passes it down the graph. A record over the size
-        bound, or whose key or value does not deserialise, goes to the error handler:
-        ``fail`` raises RecordFailed, the other policies skip it and return. An error
-        raised by a processor or a sink propagates unchanged: the task manager retries the
-        record and applies the processing policy.
-        """
-        return self._runners[topic]
-
     def process(
         self,
         topic: str,
@@ -99,7 +87,14 @@ class TaskGraph:
         value: bytes | None,
         headers: Any = None,
     ) -> None:
-        """Run one input record given by its parts (see :meth:`runner`)."""
+        """Run one input record given by its parts.
+
+        It deserialises the record and passes it down the graph. A record over the size
+        bound, or whose key or value does not deserialise, goes to the error handler:
+        ``fail`` raises RecordFailed, the other policies skip it and return. An error
+        raised by a processor or a sink propagates unchanged: the task manager retries the
+        record and applies the processing policy.
+        """
         self._runners[topic](_Record(topic, partition, offset, timestamp, key, value, headers))
 
     def _source_runner(self, source: SourceNode, node: Node) -> Runner:

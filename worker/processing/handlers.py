@@ -21,14 +21,12 @@ from __future__ import annotations
 import enum
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from worker.clock import Clock
 from worker.errors import FatalError
 from worker.observability import Metrics
-
-if TYPE_CHECKING:
-    from worker.processing.graph import RecordSink
+from worker.processing.context import RecordSink
 
 # Skip reasons: the label of worker_skipped_records_total and of the DLQ header.
 DESERIALIZATION_ERROR = "deserialization_error"

@@ -182,7 +182,6 @@ class Status:
     state: WorkerState = WorkerState.CREATED
     tasks: tuple[TaskStatus, ...] = ()
     heartbeat: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
     routing: Routing = field(default_factory=Routing)
     # When ``tasks`` was last rebuilt (``heartbeat`` moves every loop iteration).
     published: float = 0.0

@@ -177,18 +177,6 @@ class StateDirectory:
             del self._task_locks[task_id]
         _release(held[1])
 
-    def transfer_task_lock(self, task_id: TaskId, from_owner: object, to_owner: object) -> None:
-        """Hand the lock from one owner to another in one step, never releasing it.
-
-        Raises:
-            StateLocked: ``from_owner`` does not hold the lock.
-        """
-        with self._mutex:
-            held = self._task_locks.get(task_id)
-            if held is None or held[0] is not from_owner:
-                raise StateLocked(f"task {task_id} is not locked by {from_owner!r}")
-            self._task_locks[task_id] = (to_owner, held[1])
-
     def task_lock_owner(self, task_id: TaskId) -> object | None:
         with self._mutex:
             held = self._task_locks.get(task_id)

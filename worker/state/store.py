@@ -381,18 +381,6 @@ class Store:
         self._offsets.update(changed)
         self._forget_cached()  # the batch's keys are not listed anywhere else
 
-    def apply_restored(
-        self, records: Iterable[tuple[bytes, bytes | None]], offsets: Mapping[tuple[str, int], int]
-    ) -> None:
-        """:meth:`write_restored` for records at hand as (key, value) pairs (``None`` = delete)."""
-        batch = self.restore_batch()
-        for key, value in records:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        self.write_restored(batch, offsets)
-
     def flush(self) -> None:
         """Flush the memtables of both column families to disk in one atomic flush.
 

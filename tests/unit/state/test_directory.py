@@ -255,28 +255,6 @@ def test_owners_are_compared_by_identity_not_equality(state_dir: StateDirectory)
     assert not state_dir.lock_task(T01, [1])
 
 
-def test_lock_is_transferred_in_one_step(state_dir: StateDirectory) -> None:
-    startup, task, intruder = object(), object(), object()
-    state_dir.lock_task(T01, startup)
-
-    state_dir.transfer_task_lock(T01, startup, task)
-
-    assert state_dir.task_lock_owner(T01) is task
-    assert not state_dir.lock_task(T01, startup)
-    assert not state_dir.lock_task(T01, intruder)
-
-
-def test_transfer_from_a_non_holder_raises_state_locked(state_dir: StateDirectory) -> None:
-    owner, other = object(), object()
-    state_dir.lock_task(T01, owner)
-
-    with pytest.raises(StateLocked):
-        state_dir.transfer_task_lock(T01, other, object())
-    with pytest.raises(StateLocked):
-        state_dir.transfer_task_lock(T02, owner, object())
-    assert state_dir.task_lock_owner(T01) is owner
-
-
 def test_task_lock_is_an_os_lock_visible_to_other_processes(state_dir: StateDirectory) -> None:
     import fcntl
 

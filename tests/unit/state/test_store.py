@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.restoring import restore_pairs
 from worker.errors import StateLocked, StoreCorrupted
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store, StoreClosedError, StoreError
@@ -205,7 +206,7 @@ def test_restored_batch_writes_records_deletes_and_offsets(store: Store, env: Ro
     store.put(b"gone", b"x")
     store.commit({T0: 1})
 
-    store.apply_restored([(b"a", b"1"), (b"b", b"2"), (b"gone", None)], {T0: 5})
+    restore_pairs(store, [(b"a", b"1"), (b"b", b"2"), (b"gone", None)], {T0: 5})
 
     assert list(store.iter_committed()) == [(b"a", b"1"), (b"b", b"2")]
     assert store.committed_offsets() == {T0: 5}
@@ -221,7 +222,7 @@ def test_restore_is_refused_while_writes_are_buffered(store: Store) -> None:
     store.put(b"a", b"1")
 
     with pytest.raises(StoreError, match="uncommitted"):
-        store.apply_restored([(b"b", b"2")], {T0: 1})
+        restore_pairs(store, [(b"b", b"2")], {T0: 1})
 
     assert store.get_committed(b"b") is None
 
@@ -232,7 +233,10 @@ from pathlib import Path
 from worker.state.rocksdb_env import RocksDBEnv, MiB
 from worker.state.store import Store
 store = Store.open(Path(sys.argv[1]), RocksDBEnv(16 * MiB), "counts")
-store.apply_restored([(b"restored-%d" % i, b"r") for i in range(1000)], {("t", 0): 1000})
+batch = store.restore_batch()
+for i in range(1000):
+    batch.put(b"restored-%d" % i, b"r")
+store.write_restored(batch, {("t", 0): 1000})
 store.put(b"processed", b"p")
 store.commit({("source-changelog", 0): 7})  # another partition: t 0 must survive too
 os._exit(0)  # die without closing: memtables are lost, only files and WAL remain
@@ -266,7 +270,7 @@ def test_iteration_returns_only_data_never_offsets_or_format_record(store: Store
 
 
 def test_flush_keeps_data_and_leaves_no_scratch_files(store: Store) -> None:
-    store.apply_restored([(b"a", b"1")], {T0: 1})
+    restore_pairs(store, [(b"a", b"1")], {T0: 1})
 
     store.flush()
 
@@ -489,7 +493,7 @@ def test_restored_records_replace_values_read_before_them(store: Store) -> None:
     store.commit({T0: 1})
     assert (store.get(b"a"), store.get(b"b")) == (b"1", None)
 
-    store.apply_restored([(b"a", None), (b"b", b"2")], {T0: 3})
+    restore_pairs(store, [(b"a", None), (b"b", b"2")], {T0: 3})
 
     assert (store.get(b"a"), store.get(b"b")) == (None, b"2")
 

@@ -20,8 +20,7 @@ from tests.fakes import (
     FakeRestoreConsumer,
 )
 from worker.kafka.clients import DataConsumer, FetchedBatch, RecordCollector, RestoreConsumer
-from worker.processing.context import RawStore
-from worker.processing.graph import RecordSink
+from worker.processing.context import RawStore, RecordSink
 from worker.tasks.manager import OffsetCommitter
 
 PAIRS = [

@@ -8,6 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.fakes import FakeCollector, FakeMessage
+from tests.support.restoring import restore_pairs
 from tests.unit.tasks.conftest import (
     CHECKPOINT_INTERVAL_S,
     COUNTS,
@@ -330,7 +331,7 @@ def test_checkpoint_is_rewritten_only_once_its_interval_has_passed(
 
 def test_a_table_feeding_no_processor_resumes_after_what_its_store_holds(task: Task) -> None:
     task.open()
-    task.stores[LABELS].apply_restored([(b"a", b'"red"')], {LB: 9})  # restored to offset 9
+    restore_pairs(task.stores[LABELS], [(b"a", b'"red"')], {LB: 9})  # restored to offset 9
 
     positions = task.start_positions({EV: 4, LB: 2})
 
