@@ -64,6 +64,7 @@ from worker.errors import (
 )
 from worker.kafka import group_coordinator
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
+from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 
 TP = tuple[str, int]
@@ -240,40 +241,28 @@ class GroupMember:
         )
         self._log = get_logger(component="membership", group=settings.application_id)
         self._consumer: KafkaConsumer | None = None
-        self._state = MemberState.UNJOINED
+        self._fsm = StateMachine(
+            "membership",
+            MemberState.UNJOINED,
+            ALLOWED,
+            self._log,
+            transitions=metrics.membership_transitions,
+            gauge=metrics.membership_state,
+            repeat_ok=True,
+        )
         self._join: Future | None = None  # the join under way on kafka-python's IO thread
         self._join_generation = -1  # the generation the member was in when the join began
         self._owned: frozenset[TaskId] = frozenset()  # actives of the latest assignment
         self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
         self._rebalance_requests = 0
         self._pending_moves: Mapping[TaskId, str] = {}  # echoed to whoever leads next
-        self._publish_state()
 
     @property
     def state(self) -> MemberState:
-        return self._state
+        return self._fsm.state
 
-    def _transition(self, target: MemberState, **why: Any) -> None:
-        if target is self._state:
-            return
-        if target not in ALLOWED[self._state]:
-            raise FatalError(f"group member: {self._state.value} -> {target.value} is not allowed")
-        self._log.info(
-            "membership.transition",
-            src=self._state.value,
-            dst=target.value,
-            generation=self.generation,
-            **why,
-        )
-        self._state = target
-        self._metrics.membership_transitions.labels(to=target.value).inc()
-        self._publish_state()
-
-    def _publish_state(self) -> None:
-        for state in MemberState:
-            self._metrics.membership_state.labels(state=state.value).set(
-                1 if state is self._state else 0
-            )
+    def _transition(self, target: MemberState, reason: str = "", **why: Any) -> None:
+        self._fsm.transition(target, reason, generation=self.generation, **why)
 
     def start(self, stale_member_id: str | None = None) -> None:
         """Connect and subscribe with our assignor; the first join starts at ``poll``.
@@ -286,7 +275,7 @@ class GroupMember:
 
         Raises KafkaUnavailable when no broker answers within the bootstrap timeout.
         """
-        if self._consumer is not None or self._state is MemberState.LEFT:
+        if self._consumer is not None or self._fsm.state is MemberState.LEFT:
             return
         try:
             consumer = KafkaConsumer(
@@ -336,12 +325,12 @@ class GroupMember:
     def can_commit(self) -> bool:
         """Whether a commit fenced by the generation can be made now: the member holds the
         assignment of its current generation (stable, or handing over revoked tasks)."""
-        return self._state in (MemberState.STABLE, MemberState.REVOKING)
+        return self._fsm.state in (MemberState.STABLE, MemberState.REVOKING)
 
     @property
     def rebalancing(self) -> bool:
         """True from the start of a join until its assignment has been handed over."""
-        return self._state in (MemberState.JOINING, MemberState.SYNCING, MemberState.REVOKING)
+        return self._fsm.state in (MemberState.JOINING, MemberState.SYNCING, MemberState.REVOKING)
 
     @property
     def assigned_partitions(self) -> frozenset[TP]:
@@ -374,7 +363,7 @@ class GroupMember:
             self._log.warning("membership.heartbeat_failed", error=repr(exc))
         if self._join is not None:
             return self._follow_join()
-        if self._state in (MemberState.STABLE, MemberState.REVOKING) and (
+        if self._fsm.state in (MemberState.STABLE, MemberState.REVOKING) and (
             group_coordinator.generation_lost(consumer)
         ):
             lost, self._owned = self._owned, frozenset()
@@ -388,7 +377,7 @@ class GroupMember:
         join = self._join
         assert join is not None
         if not join.is_done:
-            if self._state is MemberState.JOINING and self.generation != self._join_generation:
+            if self._fsm.state is MemberState.JOINING and self.generation != self._join_generation:
                 self._transition(MemberState.SYNCING)
             return []
         self._join = None
@@ -421,9 +410,9 @@ class GroupMember:
 
     def _maybe_join(self, consumer: KafkaConsumer) -> None:
         """Step 4."""
-        follow_up = self._state is MemberState.REVOKING
+        follow_up = self._fsm.state is MemberState.REVOKING
         if not (
-            self._state is not MemberState.STABLE  # never joined, lost, failed, follow-up
+            self._fsm.state is not MemberState.STABLE  # never joined, lost, failed, follow-up
             or self._rebalance_reason is not None
             or group_coordinator.needs_rejoin(consumer)
         ):
@@ -456,7 +445,7 @@ class GroupMember:
         until then; a join already under way is left to finish first. Ignored once left.
         Counts ``worker_probing_rebalances_total`` when the join starts.
         """
-        if self._state is MemberState.LEFT:
+        if self._fsm.state is MemberState.LEFT:
             return
         self._rebalance_reason = reason
         self._log.info("membership.rebalance_requested", reason=reason)
@@ -472,7 +461,7 @@ class GroupMember:
             return
         consumer = self._require()
         if not self.can_commit:
-            raise RebalanceInProgress(f"the group member is {self._state.value}")
+            raise RebalanceInProgress(f"the group member is {self._fsm.state.value}")
         request = {
             TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()
         }
@@ -516,7 +505,7 @@ class GroupMember:
         are logged, not raised.
         """
         consumer, self._consumer = self._consumer, None
-        if self._state is not MemberState.LEFT:
+        if self._fsm.state is not MemberState.LEFT:
             self._transition(MemberState.LEFT, leave=leave)
         if consumer is None:
             return
@@ -548,6 +537,6 @@ class GroupMember:
 
     def _require(self) -> KafkaConsumer:
         if self._consumer is None:
-            state = "closed" if self._state is MemberState.LEFT else "not started"
+            state = "closed" if self._fsm.state is MemberState.LEFT else "not started"
             raise FatalError(f"group member is {state}")
         return self._consumer

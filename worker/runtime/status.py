@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
-from worker.errors import WorkerError
+from worker.lifecycle import StateMachine
 from worker.observability import Metrics
 
 if TYPE_CHECKING:
@@ -207,24 +207,9 @@ class Status:
         )
 
 
-class WorkerStateMachine:
-    def __init__(self, log: Any, metrics: Metrics) -> None:
-        self.state = WorkerState.CREATED
-        self._log = log
-        self._metrics = metrics
-        self._publish_gauge()
-
-    def transition(self, target: WorkerState) -> None:
-        if target is self.state:
-            return
-        if target not in ALLOWED[self.state]:
-            raise WorkerError(f"worker: {self.state.value} -> {target.value} is not allowed")
-        self._log.info("worker.transition", src=self.state.value, dst=target.value)
-        self.state = target
-        self._publish_gauge()
-
-    def _publish_gauge(self) -> None:
-        for state in WorkerState:
-            self._metrics.worker_state.labels(state=state.value).set(
-                1 if state is self.state else 0
-            )
+def worker_lifecycle(log: Any, metrics: Metrics) -> StateMachine[WorkerState]:
+    """The worker's state machine (CREATED), shown by the ``worker_state`` gauge. The loop
+    samples the state every iteration, so a move to the current state is a no-op."""
+    return StateMachine(
+        "worker", WorkerState.CREATED, ALLOWED, log, gauge=metrics.worker_state, repeat_ok=True
+    )

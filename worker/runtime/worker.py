@@ -43,10 +43,10 @@ from worker.runtime.status import (
     Status,
     TaskStatus,
     WorkerState,
-    WorkerStateMachine,
     advertised_endpoint,
     no_lag,
     task_status,
+    worker_lifecycle,
 )
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
@@ -78,7 +78,7 @@ class Worker:
         self._state_root = state_dir or settings.state_dir
         self._stop = threading.Event()
         self._log = get_logger(component="worker")
-        self._fsm = WorkerStateMachine(self._log, self.metrics)
+        self._fsm = worker_lifecycle(self._log, self.metrics)
         self._status = Status(heartbeat=time.monotonic())
         self.http: HttpServer | None = None
         self._manager: TaskManager | None = None

@@ -9,7 +9,7 @@ Actives restore before they run. Standbys and warmups run from the start: for th
 RUNNING means "tailing the changelogs" (CREATED/WIPED -> RUNNING). A role change
 (recycling) happens only while SUSPENDED and keeps the stores open.
 
-Every move goes through :meth:`TaskStateMachine.transition`, which raises on an illegal
+Every move goes through the task's :class:`worker.lifecycle.StateMachine`, which raises on an illegal
 move, logs ``task.transition`` with the task id bound, and counts it.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from worker.errors import WorkerError
+from worker.lifecycle import StateMachine
 from worker.observability import Metrics
 
 
@@ -51,28 +51,8 @@ ALLOWED: dict[TaskState, frozenset[TaskState]] = {
 }
 
 
-class IllegalTransition(WorkerError):
-    """A lifecycle bug: the code tried a move the state machine forbids."""
-
-
-class TaskStateMachine:
-    """Holds one task's state; the only way to change it is ``transition``."""
-
-    __slots__ = ("_state", "log", "_metrics")
-
-    def __init__(self, log: Any, metrics: Metrics) -> None:
-        self._state = TaskState.CREATED
-        self.log = log  # rebound when the task changes role
-        self._metrics = metrics
-
-    @property
-    def state(self) -> TaskState:
-        return self._state
-
-    def transition(self, target: TaskState, reason: str = "") -> None:
-        """Move to ``target``; raise IllegalTransition if the table forbids it."""
-        if target not in ALLOWED[self._state]:
-            raise IllegalTransition(f"{self._state.value} -> {target.value} is not allowed")
-        self.log.info("task.transition", src=self._state.value, dst=target.value, reason=reason)
-        self._state = target
-        self._metrics.task_transitions.labels(to=target.value).inc()
+def task_lifecycle(log: Any, metrics: Metrics) -> StateMachine[TaskState]:
+    """A new task's state machine (CREATED), counted in ``worker_task_transitions_total``."""
+    return StateMachine(
+        "task", TaskState.CREATED, ALLOWED, log, transitions=metrics.task_transitions
+    )

@@ -18,6 +18,7 @@ from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
 from worker.kafka.clients import RecordCollector
 from worker.kafka.topics import dlq_topic
+from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import BadRecord, ExceptionPolicy, RecordErrorHandler
@@ -26,7 +27,7 @@ from worker.state.checkpoint import CheckpointError, read_checkpoint, write_chec
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
-from worker.tasks.state import IllegalTransition, TaskRole, TaskState, TaskStateMachine
+from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 
 TP = tuple[str, int]
 
@@ -54,7 +55,7 @@ class Task:
         self.subtopology = subtopology
         self._ctx = ctx
         self.log = get_logger(task_id=str(task_id), role=role.value)
-        self._fsm = TaskStateMachine(self.log, ctx.metrics)
+        self._fsm = task_lifecycle(self.log, ctx.metrics)
         self.stores: dict[str, Store] = {}
         self._specs: dict[str, StoreSpec] = {s.name: s for s in subtopology.stores}
         app = ctx.settings.application_id

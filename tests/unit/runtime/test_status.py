@@ -9,13 +9,14 @@ import structlog
 from structlog.testing import capture_logs
 
 from worker.errors import WorkerError
+from worker.lifecycle import StateMachine
 from worker.observability import Metrics
 from worker.runtime.status import (
     ALLOWED,
     Status,
     TaskStatus,
     WorkerState,
-    WorkerStateMachine,
+    worker_lifecycle,
 )
 
 ALLOWED_MOVES = [(src, dst) for src in WorkerState for dst in sorted(ALLOWED[src], key=str)]
@@ -45,8 +46,8 @@ def path_to(target: WorkerState) -> list[WorkerState]:
     return steps[::-1]
 
 
-def machine_in(state: WorkerState, metrics: Metrics) -> WorkerStateMachine:
-    machine = WorkerStateMachine(structlog.get_logger(), metrics)
+def machine_in(state: WorkerState, metrics: Metrics) -> StateMachine[WorkerState]:
+    machine = worker_lifecycle(structlog.get_logger(), metrics)
     for step in path_to(state):
         machine.transition(step)
     assert machine.state is state
@@ -67,7 +68,7 @@ def one_hot(state: WorkerState) -> dict[str, float | None]:
 def test_a_new_worker_is_created_and_publishes_it() -> None:
     metrics = Metrics()
 
-    machine = WorkerStateMachine(structlog.get_logger(), metrics)
+    machine = worker_lifecycle(structlog.get_logger(), metrics)
 
     assert machine.state is WorkerState.CREATED
     assert gauge(metrics) == one_hot(WorkerState.CREATED)
@@ -118,8 +119,8 @@ def test_a_transition_to_the_current_state_is_a_silent_no_op(state: WorkerState)
 
 def test_a_transition_is_logged_with_source_and_target() -> None:
     with capture_logs() as logs:
-        machine = WorkerStateMachine(structlog.get_logger().bind(role="worker"), Metrics())
-        machine.transition(WorkerState.STARTING)
+        machine = worker_lifecycle(structlog.get_logger().bind(role="worker"), Metrics())
+        machine.transition(WorkerState.STARTING, reason="run")
 
     assert logs == [
         {
@@ -128,6 +129,7 @@ def test_a_transition_is_logged_with_source_and_target() -> None:
             "role": "worker",
             "src": "created",
             "dst": "starting",
+            "reason": "run",
         }
     ]
 

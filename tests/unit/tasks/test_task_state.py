@@ -9,8 +9,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from worker.errors import WorkerError
+from worker.lifecycle import IllegalTransition, StateMachine
 from worker.observability import Metrics
-from worker.tasks.state import ALLOWED, IllegalTransition, TaskState, TaskStateMachine
+from worker.tasks.state import ALLOWED, TaskState, task_lifecycle
 
 ALLOWED_MOVES = [(src, dst) for src in TaskState for dst in sorted(ALLOWED[src], key=str)]
 FORBIDDEN_MOVES = [(src, dst) for src in TaskState for dst in TaskState if dst not in ALLOWED[src]]
@@ -34,8 +35,8 @@ def path_to(target: TaskState) -> list[TaskState]:
     return steps[::-1]
 
 
-def machine_in(state: TaskState, metrics: Metrics) -> TaskStateMachine:
-    machine = TaskStateMachine(structlog.get_logger(), metrics)
+def machine_in(state: TaskState, metrics: Metrics) -> StateMachine[TaskState]:
+    machine = task_lifecycle(structlog.get_logger(), metrics)
     for step in path_to(state):
         machine.transition(step)
     assert machine.state is state
@@ -48,7 +49,7 @@ def transitions_to(metrics: Metrics, state: TaskState) -> float:
 
 
 def test_a_new_task_starts_created() -> None:
-    assert TaskStateMachine(structlog.get_logger(), Metrics()).state is TaskState.CREATED
+    assert task_lifecycle(structlog.get_logger(), Metrics()).state is TaskState.CREATED
 
 
 def test_every_state_has_a_row_and_closed_is_terminal() -> None:
@@ -96,7 +97,7 @@ def test_illegal_transition_is_a_worker_error() -> None:
 
 def test_a_transition_is_logged_with_the_bound_task_id_and_the_reason() -> None:
     with capture_logs() as logs:
-        machine = TaskStateMachine(structlog.get_logger().bind(task_id="0_3"), Metrics())
+        machine = task_lifecycle(structlog.get_logger().bind(task_id="0_3"), Metrics())
         machine.transition(TaskState.RESTORING, reason="assigned")
 
     assert logs == [
