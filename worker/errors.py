@@ -78,5 +78,24 @@ class KafkaUnavailable(WorkerError):
     """The broker could not be reached in time. Retriable: keep the task, try again."""
 
 
+class OutputFailed(WorkerError):
+    """What this worker sent since its last commit may be lost or aborted: drop the
+    uncommitted work of every running task and process it again from the last commit.
+    Not the record's fault, so no record policy applies."""
+
+
+class ProduceFailed(OutputFailed):
+    """A record was not acknowledged; the commit that depends on it must not happen."""
+
+
+class TransactionAborted(OutputFailed):
+    """The transaction did not commit and its records are aborted; the producer lives on."""
+
+
+class ProducerFenced(TransactionAborted):
+    """As TransactionAborted, and the producer is dead (another instance took its
+    transactional.id, or its epoch or generation is stale): it is replaced."""
+
+
 class FatalError(WorkerError):
     """Nothing sensible can be done; the worker stops with a non-zero exit."""

@@ -39,7 +39,16 @@ class StateMachine(Generic[S]):
     Not thread-safe: one thread owns each machine.
     """
 
-    __slots__ = ("name", "_state", "_allowed", "log", "_transitions", "_gauge", "_repeat_ok")
+    __slots__ = (
+        "name",
+        "_state",
+        "_allowed",
+        "log",
+        "_transitions",
+        "_gauge",
+        "_repeat_ok",
+        "_level",
+    )
 
     def __init__(
         self,
@@ -51,6 +60,7 @@ class StateMachine(Generic[S]):
         transitions: _Labelled | None = None,
         gauge: _Labelled | None = None,
         repeat_ok: bool = False,
+        level: str = "info",
     ) -> None:
         missing = [s for s in type(initial) if s not in allowed]
         if missing:
@@ -62,6 +72,7 @@ class StateMachine(Generic[S]):
         self._transitions = transitions
         self._gauge = gauge
         self._repeat_ok = repeat_ok
+        self._level = level  # the log level of transitions; "debug" for per-commit ones
         self._publish()
 
     @property
@@ -80,7 +91,7 @@ class StateMachine(Generic[S]):
             raise IllegalTransition(
                 f"{self.name}: {self._state.value} -> {target.value} is not allowed"
             )
-        self.log.info(
+        getattr(self.log, self._level)(
             f"{self.name}.transition",
             src=self._state.value,
             dst=target.value,

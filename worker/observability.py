@@ -78,6 +78,18 @@ class Metrics:
         self.task_transitions = Counter(
             "worker_task_transitions_total", "Task state transitions", ["to"], registry=r
         )
+        self.changelog_transitions = Counter(
+            "worker_changelog_transitions_total",
+            "Changelog partition state transitions (restoring, at_end, completed, updating)",
+            ["to"],
+            registry=r,
+        )
+        self.transaction_transitions = Counter(
+            "worker_transaction_transitions_total",
+            "Transactional producer state transitions (exactly_once_v2)",
+            ["to"],
+            registry=r,
+        )
         self.processed_records = Counter(
             "worker_processed_records_total", "Input records processed by active tasks", registry=r
         )

@@ -19,8 +19,16 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable, WorkerError
+from worker.errors import FatalError, KafkaUnavailable, ProduceFailed
 from worker.kafka.client_logs import librdkafka_logger
+from worker.kafka.error_classifier import (
+    fetch_error,
+    is_partition_eof,
+    kafka_error,
+    produce_error,
+    rejects_record,
+    topic_exists,
+)
 
 TP = tuple[str, int]
 
@@ -38,10 +46,6 @@ def _fetch_config(settings: Settings) -> dict[str, Any]:
     return {**_FETCH_TUNING, "queued.max.messages.kbytes": settings.consumer_queue_kbytes}
 
 
-class ProduceFailed(WorkerError):
-    """A record was not acknowledged; the commit that depends on it must not happen."""
-
-
 class RecordRejected(ValueError):
     """The producer refused one record for what it is (too large, say). Not a WorkerError:
     to the task manager it is the record's processing failure, not the worker's."""
@@ -50,11 +54,6 @@ class RecordRejected(ValueError):
 # ``msg.error()`` called from C: scanning a batch for errors (a KafkaError is truthy)
 # costs no Python bytecode per record.
 _message_error = ck.Message.error
-
-# Errors ``produce()`` raises at once about the record itself.
-_RECORD_ERRORS = frozenset(
-    {ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.INVALID_MSG_SIZE, ck.KafkaError.INVALID_RECORD}
-)
 
 
 def base_config(settings: Settings, client: str) -> dict[str, Any]:
@@ -67,21 +66,6 @@ def base_config(settings: Settings, client: str) -> dict[str, Any]:
     }
     config.update(settings.kafka_passthrough())
     return config
-
-
-def _raise_for(error: ck.KafkaError | None, what: str) -> None:
-    if error is None:
-        return
-    if error.fatal():
-        raise FatalError(f"{what}: {error}")
-    if error.code() in (
-        ck.KafkaError._TRANSPORT,
-        ck.KafkaError._TIMED_OUT,
-        ck.KafkaError._ALL_BROKERS_DOWN,
-        ck.KafkaError._MSG_TIMED_OUT,
-    ):
-        raise KafkaUnavailable(f"{what}: {error}")
-    raise ProduceFailed(f"{what}: {error}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +149,7 @@ class Admin:
                 future.result(timeout)
                 created.append(name)
             except ck.KafkaException as exc:
-                if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                if not topic_exists(exc):
                     raise FatalError(f"cannot create topic {name}: {exc.args[0]}") from exc
         return created
 
@@ -317,15 +301,14 @@ class RestoreConsumer(_PositionedConsumer):
         messages: list[Any] = self._consumer.consume(max_records, timeout)
         ends: dict[TP, int] = {}
         if any(map(_message_error, messages)):
-            eof = ck.KafkaError._PARTITION_EOF
             for msg in messages:
                 err = msg.error()
                 if err is None:
                     continue
-                if err.code() == eof:
+                if is_partition_eof(err):
                     ends[(msg.topic(), msg.partition())] = msg.offset()
                 else:
-                    _raise_for(err, "changelog fetch")
+                    raise fetch_error(err, "changelog fetch")
             messages = [msg for msg in messages if msg.error() is None]
         return FetchedBatch(messages, ends)
 
@@ -370,7 +353,7 @@ class WatermarkReader:
             while len(found) < len(wanted) and time.monotonic() < deadline:
                 for msg in self._consumer.consume(10000, 0.2):
                     err = msg.error()
-                    if err is not None and err.code() == ck.KafkaError._PARTITION_EOF:
+                    if is_partition_eof(err):
                         found[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
         finally:
             self._consumer.unassign()
@@ -422,8 +405,9 @@ class DataConsumer(_PositionedConsumer):
         messages = self._consumer.consume(max_records, timeout)
         if any(map(_message_error, messages)):
             for msg in messages:
-                if msg.error() is not None:
-                    _raise_for(msg.error(), "source fetch")
+                error = msg.error()
+                if error is not None:
+                    raise fetch_error(error, "source fetch")
         return messages
 
 
@@ -496,24 +480,24 @@ class RecordCollector:
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
             except ck.KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if isinstance(error, ck.KafkaError) and error.code() in _RECORD_ERRORS:
+                error = kafka_error(exc)
+                if error is not None and rejects_record(error):
                     # The record's own fault: the task manager retries it, then its policy.
                     raise RecordRejected(f"{topic}: {error.str()}") from exc
-                _raise_for(error if isinstance(error, ck.KafkaError) else None, "produce")
-                raise ProduceFailed(f"produce to {topic}: {exc}") from exc
+                raise produce_error(error, f"produce to {topic}") from exc
 
     def poll(self) -> None:
         self._producer.poll(0)
 
     def flush(self, timeout: float) -> None:
-        """Wait for every ack; raise KafkaUnavailable/ProduceFailed if any record failed."""
+        """Wait for every ack; raise ProduceFailed (FatalError for a dead producer) if any
+        record failed or is not acknowledged in time."""
         remaining = self._producer.flush(timeout)
         if remaining:
-            raise KafkaUnavailable(f"{remaining} records not acknowledged within {timeout}s")
+            raise ProduceFailed(f"{remaining} records not acknowledged within {timeout}s")
         if self._errors:
             first, self._errors = self._errors[0], []
-            _raise_for(first, "produce")
+            raise produce_error(first, "produce")
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.flush(timeout)

@@ -15,6 +15,7 @@ import confluent_kafka as ck
 from worker.config import Settings
 from worker.errors import WorkerError
 from worker.kafka.clients import base_config
+from worker.kafka.error_classifier import is_partition_eof
 from worker.serde import Serde
 
 
@@ -96,7 +97,7 @@ def read_topic(
                 err = msg.error()
                 if err is None:
                     out.append((msg.key(), msg.value()))
-                elif err.code() == ck.KafkaError._PARTITION_EOF:
+                elif is_partition_eof(err):
                     pending.discard(msg.partition())
                 else:
                     raise LoadFailed(f"reading {topic}: {err}")

@@ -57,12 +57,10 @@ from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import (
     FatalError,
-    KafkaUnavailable,
     RebalanceInProgress,
-    TaskMigrated,
-    WorkerError,
 )
 from worker.kafka import group_coordinator
+from worker.kafka.error_classifier import group_error
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
@@ -83,12 +81,6 @@ _PASSTHROUGH = {
     "client.id": "client_id",
 }
 _UPPERCASE = {"security_protocol", "sasl_mechanism"}
-_MIGRATED = (
-    kerrors.CommitFailedError,
-    kerrors.IllegalGenerationError,
-    kerrors.UnknownMemberIdError,
-    kerrors.FencedInstanceIdError,
-)
 
 
 def kafka_python_config(settings: Settings) -> dict[str, Any]:
@@ -136,23 +128,6 @@ def planner_config(settings: Settings) -> planner.PlannerConfig:
         acceptable_recovery_lag=settings.acceptable_recovery_lag,
         probing_rebalance_interval_ms=settings.probing_rebalance_interval_ms,
     )
-
-
-def translate(exc: Exception) -> WorkerError:
-    """Classify a kafka-python error by what the caller must do (the one place this happens).
-
-    A rebalance in progress is not a lost generation: under the cooperative protocol the
-    member keeps its tasks through it (kafka-python reports the broker's answer wrapped in
-    CommitFailedError, and its own refusal to commit while joining unwrapped).
-    """
-    cause = exc.args[0] if isinstance(exc, kerrors.CommitFailedError) and exc.args else exc
-    if isinstance(cause, kerrors.RebalanceInProgressError):
-        return RebalanceInProgress(f"the group is rebalancing: {exc!r}")
-    if isinstance(exc, _MIGRATED):
-        return TaskMigrated(f"group membership moved on: {exc!r}")
-    if isinstance(exc, kerrors.RetriableError | kerrors.KafkaConnectionError):
-        return KafkaUnavailable(f"group coordinator unavailable: {exc!r}")
-    return FatalError(f"group membership failed: {exc!r}")
 
 
 class MemberState(enum.Enum):
@@ -283,7 +258,7 @@ class GroupMember:
                 partition_assignment_strategy=[self._assignor],
             )
         except kerrors.KafkaError as exc:
-            raise translate(exc) from exc
+            raise group_error(exc) from exc
         if stale_member_id and not self._settings.group_instance_id:
             error = group_coordinator.leave_on_behalf(
                 consumer,
@@ -353,7 +328,7 @@ class GroupMember:
            The subscription is snapshotted now, after the runtime handed over whatever
            the previous assignment revoked, so it reports what this member really owns.
 
-        Raises TaskMigrated/KafkaUnavailable/FatalError (see :func:`translate`), and
+        Raises TaskMigrated/KafkaUnavailable/FatalError (see :func:`worker.kafka.error_classifier.group_error`), and
         UnsupportedVersion when the leader sent a format this worker cannot read.
         """
         consumer = self._require()
@@ -386,7 +361,7 @@ class GroupMember:
             if isinstance(exc, kerrors.KafkaError) and exc.retriable:
                 self._log.warning("membership.join_failed", error=repr(exc), retry=True)
                 return []  # still JOINING/SYNCING: the next poll starts the join again
-            raise translate(exc) from exc
+            raise group_error(exc) from exc
         assignment = self._assignor.take()
         if assignment is None:
             # The join ended without an assignment for us (kafka-python refused it, e.g.
@@ -468,7 +443,7 @@ class GroupMember:
         try:
             consumer.commit(request, timeout_ms=timeout_ms)
         except kerrors.KafkaError as exc:
-            raise translate(exc) from exc
+            raise group_error(exc) from exc
 
     def committed(
         self, partitions: Iterable[TP], timeout_ms: int | None = None
@@ -487,7 +462,7 @@ class GroupMember:
         try:
             found = group_coordinator.fetch_committed(consumer, wanted, timeout_ms)
         except kerrors.KafkaError as exc:
-            raise translate(exc) from exc
+            raise group_error(exc) from exc
         result: dict[TP, int | None] = {}
         for tp in wanted:
             meta = found.get(tp)

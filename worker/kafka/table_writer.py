@@ -25,6 +25,7 @@ import confluent_kafka as ck
 
 from worker.config import Settings
 from worker.kafka.clients import base_config
+from worker.kafka.error_classifier import ends_the_client
 from worker.kafka.loader import LoadFailed
 
 Record = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a delete)
@@ -147,7 +148,7 @@ class TableWriter:
     def _on_client_error(self, err: Any) -> None:
         # Transport errors are retried by librdkafka until message.timeout.ms and then
         # surface as delivery errors; only a fatal error ends the load by itself.
-        if err.fatal():
+        if ends_the_client(err):
             self._note(f"fatal producer error: {err}")
 
     def _note(self, text: str) -> None:

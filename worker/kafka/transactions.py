@@ -1,4 +1,4 @@
-"""Exactly-once plumbing: the transactional producer's group metadata, and error classes.
+"""Exactly-once plumbing: the transactional producer and its group metadata.
 
 Under ``exactly_once_v2`` every commit is one Kafka transaction carrying the changelog
 records, the output records and the source offsets. The offsets are committed for the
@@ -15,25 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import functools
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import confluent_kafka as ck
 
 from worker.config import Settings
-from worker.errors import FatalError, WorkerError
+from worker.errors import FatalError, ProducerFenced, TransactionAborted, WorkerError
 from worker.kafka.clients import TP, RecordCollector
-
-
-class TransactionFailed(WorkerError):
-    """The transaction did not commit; its records are aborted. ``fenced``: the producer
-    is dead (another instance took its transactional.id or our generation is stale)."""
-
-    def __init__(self, message: str, fenced: bool) -> None:
-        super().__init__(message)
-        self.fenced = fenced
+from worker.kafka.error_classifier import abort_can_be_retried, transaction_error
+from worker.lifecycle import StateMachine
+from worker.observability import Metrics, get_logger
 
 
 @functools.cache
@@ -87,18 +82,29 @@ def group_metadata(group_id: str, generation: int, member_id: str, instance_id: 
         lib.rd_kafka_consumer_group_metadata_destroy(handle)
 
 
-def classify(exc: ck.KafkaException, what: str) -> TransactionFailed:
-    """Map a transactional API error to what the caller must do (the one place that reads
-    librdkafka's transactional error flags)."""
-    error = exc.args[0] if exc.args and isinstance(exc.args[0], ck.KafkaError) else None
-    if error is None:
-        return TransactionFailed(f"{what}: {exc}", fenced=True)
-    fenced = bool(error.fatal()) or error.code() in (
-        ck.KafkaError._FENCED,
-        ck.KafkaError.PRODUCER_FENCED,
-        ck.KafkaError.INVALID_PRODUCER_EPOCH,
-    )
-    return TransactionFailed(f"{what}: {error}", fenced=fenced)
+class TxnState(enum.Enum):
+    """The transactional producer's lifecycle.
+
+    UNINITIALISED: ``init_transactions`` has not completed (a new producer, or the broker
+    was away); READY: no transaction open; IN_TRANSACTION: records or offsets sent since
+    ``begin_transaction``; ABORT_PENDING: an abort the broker could not take yet, retried
+    before the next transaction begins.
+    """
+
+    UNINITIALISED = "uninitialised"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    ABORT_PENDING = "abort_pending"
+
+
+_T = TxnState
+# Any state -> UNINITIALISED: the producer is replaced.
+TXN_ALLOWED: dict[TxnState, frozenset[TxnState]] = {
+    _T.UNINITIALISED: frozenset({_T.READY}),
+    _T.READY: frozenset({_T.IN_TRANSACTION, _T.UNINITIALISED}),
+    _T.IN_TRANSACTION: frozenset({_T.READY, _T.ABORT_PENDING, _T.UNINITIALISED}),
+    _T.ABORT_PENDING: frozenset({_T.READY, _T.UNINITIALISED}),
+}
 
 
 class TransactionalCollector(RecordCollector):
@@ -106,12 +112,15 @@ class TransactionalCollector(RecordCollector):
     is one transaction, opened lazily by the first record (or by the commit itself).
 
     ``commit`` flushes, adds the source offsets with the member's group metadata and
-    commits; any failure aborts what can be aborted and raises :class:`TransactionFailed`.
-    After a fenced failure the producer is replaced: the new one's ``init_transactions``
-    bumps the epoch, fencing whatever the old one might still send.
+    commits; any failure aborts what can be aborted and raises TransactionAborted, or
+    ProducerFenced when the producer is dead: it is then replaced, and the new one's
+    ``init_transactions`` bumps the epoch, fencing whatever the old one might still send.
+    The producer's lifecycle is :class:`TxnState` (``transaction.transition`` at debug).
     """
 
-    def __init__(self, settings: Settings, transactional_id: str) -> None:
+    def __init__(
+        self, settings: Settings, transactional_id: str, metrics: Metrics | None = None
+    ) -> None:
         extra = {"transactional.id": transactional_id}
         # librdkafka 2.16 re-bootstraps once every known broker has failed (a broker
         # outage with refused connections); a transactional producer that lived through
@@ -122,10 +131,19 @@ class TransactionalCollector(RecordCollector):
             extra["metadata.recovery.strategy"] = "none"
         super().__init__(settings, extra)
         self._timeout = settings.commit_timeout_s
-        self._in_transaction = False
-        self._abort_pending = False
-        self._initialised = False
+        self._fsm = StateMachine(
+            "transaction",
+            TxnState.UNINITIALISED,
+            TXN_ALLOWED,
+            get_logger(component="transactions", transactional_id=transactional_id),
+            transitions=None if metrics is None else metrics.transaction_transitions,
+            level="debug",
+        )
         self._init()
+
+    @property
+    def state(self) -> TxnState:
+        return self._fsm.state
 
     def _init(self) -> None:
         """``init_transactions``; one that timed out (broker away) is resumed by calling it
@@ -133,46 +151,46 @@ class TransactionalCollector(RecordCollector):
         try:
             self._producer.init_transactions(self._timeout)
         except ck.KafkaException as exc:
-            raise classify(exc, "init_transactions") from exc
-        self._initialised = True
+            raise transaction_error(exc, "init_transactions") from exc
+        self._fsm.transition(TxnState.READY, "initialised")
 
     def _begin(self) -> None:
         """Open a transaction, first finishing an abort the broker could not take before
-        and an ``init_transactions`` that timed out. Raises TransactionFailed."""
-        if not self._in_transaction:
-            if self._abort_pending:
-                if self._abort_open() == "pending":
-                    raise TransactionFailed(
-                        "the previous transaction is not aborted yet (broker unreachable)",
-                        fenced=False,
-                    )
-                # Aborted at last (or beyond saving): continue on a fresh producer. One
-                # that lived through the outage can keep a coordinator handle from before
-                # librdkafka re-bootstrapped, and then never sends the TxnOffsetCommit of
-                # its next transaction (seen with librdkafka 2.16: the call blocks past
-                # its timeout).
-                self._replace_producer()
-            if not self._initialised:
-                self._init()
-            try:
-                self._producer.begin_transaction()
-            except ck.KafkaException as exc:
-                raise classify(exc, "begin_transaction") from exc
-            self._in_transaction = True
+        and an ``init_transactions`` that timed out. Raises TransactionAborted (the
+        broker is away) or ProducerFenced."""
+        if self._fsm.state is TxnState.IN_TRANSACTION:
+            return
+        if self._fsm.state is TxnState.ABORT_PENDING:
+            if self._abort_open() == "pending":
+                raise TransactionAborted(
+                    "the previous transaction is not aborted yet (broker unreachable)"
+                )
+            # Aborted at last (or beyond saving): continue on a fresh producer. One that
+            # lived through the outage can keep a coordinator handle from before
+            # librdkafka re-bootstrapped, and then never sends the TxnOffsetCommit of its
+            # next transaction (seen with librdkafka 2.16: the call blocks past its
+            # timeout).
+            self._replace_producer("after an abort that had to wait")
+        if self._fsm.state is TxnState.UNINITIALISED:
+            self._init()
+        try:
+            self._producer.begin_transaction()
+        except ck.KafkaException as exc:
+            raise transaction_error(exc, "begin_transaction") from exc
+        self._fsm.transition(TxnState.IN_TRANSACTION)
 
     def _produce(self, *args: Any, **kwargs: Any) -> None:
-        """Send inside the open transaction (opening one first). Raises TransactionFailed
-        when no transaction can be opened or the producer is dead (fenced)."""
-        if not self._in_transaction:
-            self._begin()
+        """Send inside the open transaction (opening one first). Raises TransactionAborted
+        when no transaction can be opened, ProducerFenced when the producer is dead."""
+        self._begin()
         try:
             super()._produce(*args, **kwargs)
         except FatalError as exc:
-            raise TransactionFailed(f"produce: {exc}", fenced=True) from exc
+            raise ProducerFenced(f"produce: {exc}") from exc
 
     def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
         """Commit everything sent since the last commit together with ``offsets``."""
-        if not offsets and not self._in_transaction:
+        if not offsets and self._fsm.state is not TxnState.IN_TRANSACTION:
             return
         self._begin()
         try:
@@ -182,16 +200,16 @@ class TransactionalCollector(RecordCollector):
                 self._producer.send_offsets_to_transaction(positions, group_metadata, self._timeout)
             self._producer.commit_transaction(self._timeout)
         except ck.KafkaException as exc:
-            failure = classify(exc, "commit")
+            failure = transaction_error(exc, "commit")
             self.abort(failure)
             raise failure from exc
         except WorkerError as exc:  # a record was not acknowledged
-            failure = TransactionFailed(f"commit: {exc}", fenced=False)
+            failure = TransactionAborted(f"commit: {exc}")
             self.abort(failure)
             raise failure from exc
-        self._in_transaction = False
+        self._fsm.transition(TxnState.READY, "committed")
 
-    def abort(self, cause: TransactionFailed | None = None) -> None:
+    def abort(self, cause: TransactionAborted | None = None) -> None:
         """Abort the open transaction; replace the producer if it cannot abort (fenced).
 
         An abort that times out (the broker is away) is retried on the same producer by
@@ -199,30 +217,32 @@ class TransactionalCollector(RecordCollector):
         leave the old one's records in flight. Never raises: a new producer whose
         ``init_transactions`` cannot complete now is initialised by the next ``_begin``.
         """
-        if (cause is None or not cause.fenced) and self._abort_open() != "failed":
-            return
-        self._replace_producer()
+        if isinstance(cause, ProducerFenced):
+            self._replace_producer("fenced")
+        elif self._abort_open() == "failed":
+            self._replace_producer("abort failed")
 
-    def _abort_open(self) -> str:
-        """Abort the open (or pending) transaction: "done", "pending" (a retriable failure,
-        retried by the next ``_begin``) or "failed" (the producer must be replaced)."""
-        if self._in_transaction or self._abort_pending:
+    def _abort_open(self) -> Literal["done", "pending", "failed"]:
+        """Abort the open (or pending) transaction: "done" (or nothing was open),
+        "pending" (a retriable failure, retried by the next ``_begin``) or "failed" (the
+        producer must be replaced)."""
+        if self._fsm.state in (TxnState.IN_TRANSACTION, TxnState.ABORT_PENDING):
             try:
                 self._producer.abort_transaction(self._timeout)
             except ck.KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], ck.KafkaError) else None
-                if error is None or error.fatal() or not error.retriable():
+                if not abort_can_be_retried(exc):
                     return "failed"
-                self._in_transaction, self._abort_pending = False, True
+                if self._fsm.state is TxnState.IN_TRANSACTION:
+                    self._fsm.transition(TxnState.ABORT_PENDING, str(exc))
                 return "pending"
             # The abort purged the records still queued; their failed delivery reports
             # (_PURGE_QUEUE) are served now, so that they do not fail the next flush.
             self._producer.poll(0)
-        self._in_transaction, self._abort_pending = False, False
+            self._fsm.transition(TxnState.READY, "aborted")
         self._errors.clear()
         return "done"
 
-    def _replace_producer(self) -> None:
+    def _replace_producer(self, reason: str) -> None:
         """A new producer with the same transactional.id: its ``init_transactions`` bumps
         the epoch, fencing the old one and aborting its open transaction.
 
@@ -234,8 +254,8 @@ class TransactionalCollector(RecordCollector):
             self._producer.purge(in_queue=True, in_flight=True, blocking=False)
             self._producer.poll(0)
         self._errors.clear()
-        self._in_transaction, self._abort_pending = False, False
+        if self._fsm.state is not TxnState.UNINITIALISED:
+            self._fsm.transition(TxnState.UNINITIALISED, f"producer replaced: {reason}")
         self._producer = ck.Producer(self._config)
-        self._initialised = False
-        with contextlib.suppress(TransactionFailed):
+        with contextlib.suppress(TransactionAborted):
             self._init()  # the broker is away: the next transaction's _begin tries again

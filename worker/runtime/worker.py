@@ -54,7 +54,7 @@ from worker.state.rocksdb_env import RocksDBEnv
 from worker.tasks.commit import CommitProtocol, ExactlyOnceCommit
 from worker.tasks.manager import TaskManager
 from worker.tasks.state import TaskRole
-from worker.tasks.task import TaskContext
+from worker.tasks.task import Task, TaskContext
 
 # How often the running worker checks that its topics still exist as at start-up.
 TOPIC_CHECK_SECONDS = 10.0
@@ -188,7 +188,9 @@ class Worker:
             checked_at=time.monotonic(),
         )
         collector = (
-            TransactionalCollector(settings, f"{settings.application_id}-{state_dir.process_id}")
+            TransactionalCollector(
+                settings, f"{settings.application_id}-{state_dir.process_id}", self.metrics
+            )
             if settings.exactly_once
             else RecordCollector(settings)
         )
@@ -199,7 +201,7 @@ class Worker:
         self.metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
         self.metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
         ctx = TaskContext(settings, state_dir, env, collector, self.metrics, self.clock)
-        reader = ChangelogReader(
+        reader: ChangelogReader[Task] = ChangelogReader(
             restore_consumer, self.metrics, settings.restore_batch_records, self.clock
         )
         self._lag = reader.lag

@@ -21,29 +21,83 @@ group heartbeats and commits of running tasks continue while other tasks restore
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from worker.assignment.task_id import TaskId
 from worker.clock import Clock, SystemClock
 from worker.kafka.clients import RestoreConsumer
+from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 from worker.state.store import RestoreBatch, Store
-from worker.tasks.task import Task
 
 TP = tuple[str, int]
 
 
+class Restorable(Protocol):
+    """What the reader needs of a task (tasks/ sits above state/, so it is not imported)."""
+
+    @property
+    def id(self) -> TaskId: ...
+
+    @property
+    def log(self) -> Any: ...
+
+    def restore_positions(self) -> dict[TP, int | None]: ...
+
+    def store_for_changelog(self) -> dict[TP, Store]: ...
+
+
+T = TypeVar("T", bound=Restorable)
+
+
+class ChangelogState(enum.Enum):
+    """One registered changelog partition.
+
+    An active restore reads until the end (RESTORING <-> AT_END: records that arrive after
+    an end was seen make it RESTORING again) and is COMPLETED when every partition of its
+    task is AT_END at once. A standby's partition is UPDATING for as long as it is
+    registered: it never completes.
+    """
+
+    RESTORING = "restoring"
+    AT_END = "at_end"
+    COMPLETED = "completed"
+    UPDATING = "updating"
+
+
+_C = ChangelogState
+CHANGELOG_ALLOWED: dict[ChangelogState, frozenset[ChangelogState]] = {
+    _C.RESTORING: frozenset({_C.AT_END}),
+    _C.AT_END: frozenset({_C.RESTORING, _C.COMPLETED}),
+    _C.COMPLETED: frozenset(),
+    _C.UPDATING: frozenset(),
+}
+
+
 @dataclass
 class _Changelog:
-    task: Task
+    task: Restorable
     store: Store
     position: int  # the next offset this store needs
     standby: bool
+    fsm: StateMachine[ChangelogState]
     applied: int = 0
-    at_end: bool = False
     end: int | None = None  # the last end (high watermark) seen for this partition
+
+    def reached_end(self, end: int) -> None:
+        self.end = end
+        self.position = max(self.position, end)
+        if self.fsm.state is ChangelogState.RESTORING:
+            self.fsm.transition(ChangelogState.AT_END, end=end)
+
+    def applied_records(self, last: int, count: int) -> None:
+        self.position = last + 1
+        self.applied += count
+        if self.fsm.state is ChangelogState.AT_END:
+            self.fsm.transition(ChangelogState.RESTORING, "records after the end")
 
 
 @dataclass(slots=True)
@@ -62,14 +116,14 @@ def _ignore(*_args: Any) -> None:
 
 
 @dataclass
-class _Registration:
-    task: Task
+class _Registration(Generic[T]):
+    task: T
     standby: bool
     started: float
     partitions: set[TP] = field(default_factory=set)
 
 
-class ChangelogReader:
+class ChangelogReader(Generic[T]):
     """Restores and updates registered tasks; not thread-safe (runs on the processing thread)."""
 
     def __init__(
@@ -84,17 +138,26 @@ class ChangelogReader:
         self._batch = batch_records
         self._clock = clock or SystemClock()
         self._changelogs: dict[TP, _Changelog] = {}
-        self._tasks: dict[TaskId, _Registration] = {}
+        self._tasks: dict[TaskId, _Registration[T]] = {}
         self._standbys_paused = False
         self._log = get_logger(component="changelog_reader")
 
-    def register(self, task: Task, standby: bool = False) -> None:
+    def register(self, task: T, standby: bool = False) -> None:
         """Start restoring (active) or tailing (standby) every store of ``task``."""
         positions = task.restore_positions()
         stores = task.store_for_changelog()
         entry = _Registration(task, standby, self._clock.monotonic(), set(positions))
+        initial = ChangelogState.UPDATING if standby else ChangelogState.RESTORING
         for tp, start in positions.items():
-            self._changelogs[tp] = _Changelog(task, stores[tp], start or 0, standby)
+            log = task.log.bind(changelog=f"{tp[0]}-{tp[1]}")
+            fsm = StateMachine(
+                "changelog",
+                initial,
+                CHANGELOG_ALLOWED,
+                log,
+                transitions=self._metrics.changelog_transitions,
+            )
+            self._changelogs[tp] = _Changelog(task, stores[tp], start or 0, standby, fsm)
         self._tasks[task.id] = entry
         self._consumer.add(positions)
         if standby and self._standbys_paused:
@@ -102,7 +165,7 @@ class ChangelogReader:
         event = "standby.start" if standby else "restore.start"
         task.log.info(event, positions={f"{t}-{p}": o for (t, p), o in positions.items()})
 
-    def unregister(self, task: Task) -> None:
+    def unregister(self, task: T) -> None:
         """Stop reading for ``task`` (closed, revoked or recycled); progress so far is kept."""
         entry = self._tasks.pop(task.id, None)
         if entry is None:
@@ -120,7 +183,7 @@ class ChangelogReader:
     def has_work(self) -> bool:
         return bool(self._tasks)
 
-    def step(self, timeout: float) -> list[Task]:
+    def step(self, timeout: float) -> list[T]:
         """Fetch and apply one batch; return the active tasks whose stores reached the end."""
         if not self._tasks:
             return []
@@ -131,9 +194,7 @@ class ChangelogReader:
         for tp, end in batch.end_offsets.items():
             changelog = self._changelogs.get(tp)
             if changelog is not None:
-                changelog.at_end = True
-                changelog.end = end
-                changelog.position = max(changelog.position, end)
+                changelog.reached_end(end)
         self._publish_lags()
         return self._finish_completed()
 
@@ -215,9 +276,7 @@ class ChangelogReader:
     def _write(self, tp: TP, changelog: _Changelog, batch: RestoreBatch, last: int) -> None:
         applied = batch.len()
         changelog.store.write_restored(batch, {tp: last})
-        changelog.position = last + 1
-        changelog.applied += applied
-        changelog.at_end = False
+        changelog.applied_records(last, applied)
         counter = (
             self._metrics.standby_updated_records
             if changelog.standby
@@ -232,14 +291,15 @@ class ChangelogReader:
                 if lag is not None:
                     self._metrics.standby_lag.labels(task=str(task_id)).set(lag)
 
-    def _finish_completed(self) -> list[Task]:
-        finished: list[Task] = []
+    def _finish_completed(self) -> list[T]:
+        finished: list[T] = []
         for entry in list(self._tasks.values()):
             if entry.standby:
                 continue
             logs = [self._changelogs[tp] for tp in entry.partitions]
-            if all(c.at_end for c in logs):
+            if all(c.fsm.state is ChangelogState.AT_END for c in logs):
                 for changelog in logs:
+                    changelog.fsm.transition(ChangelogState.COMPLETED)
                     changelog.store.flush_in_background()
                 self.unregister(entry.task)
                 entry.task.log.info(

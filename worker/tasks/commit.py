@@ -12,9 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from worker.errors import KafkaUnavailable, RebalanceInProgress, WorkerError
-from worker.kafka.clients import ProduceFailed, RecordCollector
-from worker.kafka.transactions import TransactionalCollector, TransactionFailed
+from worker.errors import (
+    KafkaUnavailable,
+    ProduceFailed,
+    ProducerFenced,
+    RebalanceInProgress,
+    TransactionAborted,
+    WorkerError,
+)
+from worker.kafka.clients import RecordCollector
+from worker.kafka.transactions import TransactionalCollector
 from worker.tasks.task import Task
 
 TP = tuple[str, int]
@@ -82,7 +89,7 @@ class AtLeastOnceCommit:
             task.produce_changelogs()
         try:
             self._collector.flush(self._timeout)
-        except (KafkaUnavailable, ProduceFailed) as exc:
+        except ProduceFailed as exc:
             raise CommitFailed("produce_failed", str(exc)) from exc
         for task in tasks:
             task.commit_stores(self._collector.acked)
@@ -129,8 +136,10 @@ class ExactlyOnceCommit:
         offsets = _source_offsets(tasks)
         try:
             self._collector.commit(offsets, self._group_metadata())
-        except TransactionFailed as exc:
-            raise CommitFailed("fenced" if exc.fenced else "transaction_failed", str(exc)) from exc
+        except ProducerFenced as exc:
+            raise CommitFailed("fenced", str(exc)) from exc
+        except TransactionAborted as exc:
+            raise CommitFailed("transaction_failed", str(exc)) from exc
         for task in tasks:
             task.commit_stores(self._collector.acked)
         return offsets

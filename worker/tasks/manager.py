@@ -12,14 +12,14 @@ from typing import Any
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
 from worker.errors import (
-    KafkaUnavailable,
+    OutputFailed,
     TaskCorrupted,
     TaskMigrated,
     TopologyError,
+    TransactionAborted,
     WorkerError,
 )
-from worker.kafka.clients import DataConsumer, ProduceFailed
-from worker.kafka.transactions import TransactionFailed
+from worker.kafka.clients import DataConsumer
 from worker.observability import get_logger
 from worker.processing.handlers import (
     ExceptionPolicy,
@@ -36,8 +36,6 @@ from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
 TP = tuple[str, int]
-# What a sink's send raises when the producer, not the record, is at fault.
-_PRODUCER_FAILURES = (KafkaUnavailable, ProduceFailed, TransactionFailed)
 
 
 class TaskManager:
@@ -47,7 +45,7 @@ class TaskManager:
         self,
         topology: BuiltTopology,
         ctx: TaskContext,
-        reader: ChangelogReader,
+        reader: ChangelogReader[Task],
         consumer: DataConsumer,
         committer: OffsetCommitter,
         high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
@@ -333,7 +331,7 @@ class TaskManager:
             if task is not None:  # records of a just-revoked partition are dropped
                 try:
                     task.process(msg)
-                except _PRODUCER_FAILURES as exc:
+                except OutputFailed as exc:
                     self._producer_failed(exc)
                     continue
                 except Exception as exc:
@@ -382,14 +380,14 @@ class TaskManager:
         revived = running if self._commit_protocol.abort() else [task]
         self._revive(revived, "processing_error", describe(exc))
 
-    def _producer_failed(self, exc: WorkerError) -> None:
+    def _producer_failed(self, exc: OutputFailed) -> None:
         """A sink could not send (broker away, no transaction could start, fenced).
 
         Not the record's fault: abort what can be aborted and revive every running active
         task from its last committed state, as a failed commit does; the records are
         processed again once the producer works.
         """
-        reason = "transaction_failed" if isinstance(exc, TransactionFailed) else "produce_failed"
+        reason = "transaction_failed" if isinstance(exc, TransactionAborted) else "produce_failed"
         self._log.warning("produce.failed", reason=reason, error=str(exc))
         self._commit_protocol.abort()
         running = [t for t in self.tasks.values() if t.is_active and t.state is TaskState.RUNNING]

@@ -22,7 +22,7 @@ from tests.support.waiting import wait_until
 from worker.assignment.model import Assignment, Subscription
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable, RebalanceInProgress, TaskMigrated
+from worker.errors import FatalError, RebalanceInProgress
 from worker.kafka import membership
 from worker.kafka.membership import (
     Assigned,
@@ -30,7 +30,6 @@ from worker.kafka.membership import (
     Lost,
     MemberState,
     planner_config,
-    translate,
 )
 from worker.observability import Metrics
 
@@ -305,23 +304,6 @@ def test_the_state_gauge_shows_exactly_the_current_state(harness: Harness) -> No
         for s in MemberState
     }
     assert values == {s: (1.0 if s is MemberState.JOINING else 0.0) for s in MemberState}
-
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (kerrors.RebalanceInProgressError(), RebalanceInProgress),
-        (kerrors.CommitFailedError(kerrors.RebalanceInProgressError()), RebalanceInProgress),
-        (kerrors.CommitFailedError(kerrors.IllegalGenerationError()), TaskMigrated),
-        (kerrors.CommitFailedError(kerrors.UnknownMemberIdError()), TaskMigrated),
-        (kerrors.IllegalGenerationError(), TaskMigrated),
-        (kerrors.CoordinatorNotAvailableError(), KafkaUnavailable),
-    ],
-)
-def test_a_rebalance_in_progress_is_told_apart_from_a_lost_generation(
-    error: Exception, expected: type[Exception]
-) -> None:
-    assert type(translate(error)) is expected
 
 
 def test_planner_settings_come_from_the_configuration() -> None:

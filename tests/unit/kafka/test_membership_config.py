@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import kafka.errors as kerrors
 import pytest
 
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable, TaskMigrated
-from worker.kafka.membership import GroupMember, kafka_python_config, translate
+from worker.errors import FatalError
+from worker.kafka.membership import GroupMember, kafka_python_config
 from worker.observability import Metrics
 
 
@@ -63,25 +62,6 @@ def test_security_passthrough_is_mapped_and_the_rest_ignored() -> None:
     assert config["ssl_check_hostname"] is False
     assert config["client_id"] == "pay-7"
     assert "linger_ms" not in config and "linger.ms" not in config
-
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (kerrors.CommitFailedError(), TaskMigrated),
-        (kerrors.IllegalGenerationError(), TaskMigrated),
-        (kerrors.UnknownMemberIdError(), TaskMigrated),
-        (kerrors.KafkaTimeoutError(), KafkaUnavailable),
-        (kerrors.CoordinatorNotAvailableError(), KafkaUnavailable),
-        (kerrors.NotCoordinatorError(), KafkaUnavailable),
-        (kerrors.KafkaConnectionError(), KafkaUnavailable),
-        (kerrors.GroupAuthorizationFailedError(), FatalError),
-    ],
-)
-def test_kafka_python_errors_are_classified_by_what_the_caller_must_do(
-    error: Exception, expected: type[Exception]
-) -> None:
-    assert type(translate(error)) is expected
 
 
 def test_a_member_that_was_never_started_closes_quietly_and_refuses_work() -> None:

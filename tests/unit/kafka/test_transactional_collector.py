@@ -14,8 +14,9 @@ import confluent_kafka as ck
 import pytest
 
 from worker.config import load
+from worker.errors import ProducerFenced, TransactionAborted
 from worker.kafka import transactions
-from worker.kafka.transactions import TransactionalCollector, TransactionFailed
+from worker.kafka.transactions import TransactionalCollector, TxnState
 
 
 def _timeout() -> ck.KafkaException:
@@ -91,14 +92,18 @@ def test_an_abort_the_broker_cannot_take_is_finished_by_the_same_producer_then_r
     collector.send("out", b"k", b"v")
     first.script["abort_transaction"] = [_timeout(), _timeout()]
 
-    with pytest.raises(TransactionFailed) as failed:
+    assert collector.state is TxnState.IN_TRANSACTION
+    with pytest.raises(TransactionAborted) as failed:
         collector.commit({("in", 0): 1}, b"meta")  # the record is never acknowledged
-    assert not failed.value.fenced
-    with pytest.raises(TransactionFailed, match="not aborted yet"):
+    assert not isinstance(failed.value, ProducerFenced)
+    assert collector.state is TxnState.ABORT_PENDING
+    with pytest.raises(TransactionAborted, match="not aborted yet"):
         collector.commit({("in", 0): 1}, b"meta")  # the broker is still away
     assert len(FakeProducer.made) == 1, "no new producer while the old transaction is open"
+    assert collector.state is TxnState.ABORT_PENDING
 
     collector.commit({("in", 0): 1}, b"meta")  # the broker is back
+    assert collector.state is TxnState.READY
 
     assert first.calls.count("abort_transaction") == 3, "the open transaction was aborted"
     assert "purge" in first.calls
@@ -120,10 +125,11 @@ def test_a_fenced_producer_is_replaced_without_trying_to_abort(
     fenced = ck.KafkaException(ck.KafkaError(ck.KafkaError._FENCED, "fenced", fatal=True))
     first.script["commit_transaction"] = [fenced]
 
-    with pytest.raises(TransactionFailed) as failed:
+    with pytest.raises(TransactionAborted) as failed:
         collector.commit({("in", 0): 1}, b"meta")
 
-    assert failed.value.fenced
+    assert isinstance(failed.value, ProducerFenced)
+    assert collector.state is TxnState.READY, "the new producer is initialised"
     assert "abort_transaction" not in first.calls
     assert len(FakeProducer.made) == 2
     assert FakeProducer.made[-1].calls == ["init_transactions"]
@@ -135,7 +141,7 @@ def test_an_abort_that_succeeds_at_once_keeps_the_producer(
     first = FakeProducer.made[-1]
     first.script["send_offsets_to_transaction"] = [_timeout()]
 
-    with pytest.raises(TransactionFailed):
+    with pytest.raises(TransactionAborted):
         collector.commit({("in", 0): 1}, b"meta")
     collector.commit({("in", 0): 1}, b"meta")
 

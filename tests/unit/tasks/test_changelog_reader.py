@@ -9,6 +9,7 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.fakes import FakeRestoreConsumer
 from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
@@ -37,7 +38,9 @@ def changelogs() -> FakeRestoreConsumer:
     return FakeRestoreConsumer()
 
 
-def reader_for(changelogs: FakeRestoreConsumer, metrics: Metrics, batch: int) -> ChangelogReader:
+def reader_for(
+    changelogs: FakeRestoreConsumer, metrics: Metrics, batch: int
+) -> ChangelogReader[Task]:
     return ChangelogReader(changelogs, metrics, batch_records=batch)  # type: ignore[arg-type]
 
 
@@ -50,7 +53,7 @@ def committed(task: Task, store: str) -> dict[bytes, bytes]:
     return dict(task.stores[store].iter_committed())
 
 
-def restore_all(reader: ChangelogReader, max_steps: int = 50) -> list[list[Task]]:
+def restore_all(reader: ChangelogReader[Task], max_steps: int = 50) -> list[list[Task]]:
     """Every step's finished tasks, until nothing is restoring."""
     steps = []
     while reader.restoring():
@@ -252,3 +255,53 @@ def test_a_step_with_nothing_registered_fetches_nothing(
 
     assert reader.step(0.0) == []
     assert changelogs.fetches == 0
+
+
+def changelog_moves(logs: list[dict]) -> list[tuple[str, str, str]]:
+    return [
+        (e["changelog"], e["src"], e["dst"]) for e in logs if e["event"] == "changelog.transition"
+    ]
+
+
+def test_an_active_changelog_moves_restoring_at_end_completed_and_back_on_late_records(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"), (b"b", b"2"), (b"c", b"3"))
+    reader = reader_for(changelogs, metrics, batch=2)
+    reader.register(task)
+    cl, lb = f"{CL[0]}-{CL[1]}", f"{LB[0]}-{LB[1]}"
+
+    with capture_logs() as logs:
+        assert reader.step(0.0) == []  # a and b; the empty labels changelog is at its end
+        write(changelogs, LB, (b"x", b'"late"'))  # arrives after that end was seen
+        assert reader.step(0.0) == [task]  # c and the late record, then both ends
+
+    assert committed(task, LABELS) == {b"x": b'"late"'}
+    moves = changelog_moves(logs)
+    assert moves[:4] == [
+        (lb, "restoring", "at_end"),
+        (lb, "at_end", "restoring"),
+        (cl, "restoring", "at_end"),
+        (lb, "restoring", "at_end"),
+    ]
+    assert sorted(moves[4:]) == [(cl, "at_end", "completed"), (lb, "at_end", "completed")]
+    assert (
+        metrics.registry.get_sample_value("worker_changelog_transitions_total", {"to": "completed"})
+        == 2
+    )
+
+
+def test_a_standby_changelog_stays_updating_through_its_ends(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"))
+    reader = reader_for(changelogs, metrics, batch=10)
+
+    with capture_logs() as logs:
+        reader.register(task, standby=True)
+        for _ in range(3):
+            assert reader.step(0.0) == []
+
+    assert committed(task, COUNTS) == {b"a": b"1"}
+    assert changelog_moves(logs) == []
+    assert reader.lag(task.id) == 0

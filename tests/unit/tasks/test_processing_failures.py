@@ -25,7 +25,7 @@ from tests.unit.tasks.conftest import (
 )
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable
+from worker.errors import FatalError, ProduceFailed
 from worker.processing import ProcessorContext, Topology
 from worker.processing.handlers import HEADER_PREFIX, ExceptionPolicy, RecordFailed
 from worker.processing.topology import BuiltTopology
@@ -293,7 +293,7 @@ def test_a_producer_failure_while_sending_revives_every_running_task_without_bla
 ) -> None:
     t0, t1 = start(harness, T00, T01)
     poison.raise_on[9] = 1
-    poison.error = KafkaUnavailable("broker gone")
+    poison.error = ProduceFailed("broker gone")
     feed(harness, T00, "a", 1)
     feed(harness, T01, "b", 9)
 

@@ -25,7 +25,7 @@ from tests.unit.tasks.conftest import (
 )
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
-from worker.errors import KafkaUnavailable
+from worker.errors import ProduceFailed
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
@@ -155,7 +155,7 @@ def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
 ) -> None:
     (task,) = running(harness, T01)
     events(harness, T01, "a")
-    harness.collector.fail_flush = KafkaUnavailable("1 records not acknowledged")
+    harness.collector.fail_flush = ProduceFailed("1 records not acknowledged")
 
     assert not harness.manager.commit()
 
