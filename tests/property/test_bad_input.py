@@ -131,9 +131,9 @@ def test_the_worker_processes_or_skips_any_bytes_on_the_example_apps_topics(
 
     for _ in range(200):  # process, revive and retry, skip: never an exception
         h.restore()
-        if h.process() == 0 and not h.manager.restoring():
+        if h.process() == 0 and not h.tasks.restoring():
             break
-    h.manager.commit()
+    h.commits.commit()
 
     assert all(t.state is TaskState.RUNNING for t in h.manager.tasks.values())
     ends = {tp: h.consumer.end_offset(tp) for tp in h.consumer.logs}

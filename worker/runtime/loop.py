@@ -22,7 +22,7 @@ from worker.kafka.clients import DataConsumer, RecordCollector
 from worker.kafka.membership import GroupMember, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.runtime.probing import ProbeScheduler
-from worker.tasks.manager import TaskManager
+from worker.tasks.parts import TaskParts
 
 CONSUME_BATCH = 2000
 
@@ -31,7 +31,7 @@ class ProcessingLoop:
     def __init__(
         self,
         settings: Settings,
-        manager: TaskManager,
+        parts: TaskParts,
         member: GroupMember,
         consumer: DataConsumer,
         collector: RecordCollector,
@@ -41,7 +41,7 @@ class ProcessingLoop:
         on_membership: Callable[[Sequence[MembershipEvent]], None],
     ) -> None:
         self._settings = settings
-        self._manager = manager
+        self._parts = parts
         self._member = member
         self._consumer = consumer
         self._collector = collector
@@ -66,20 +66,20 @@ class ProcessingLoop:
         next_clean = last_commit + self._clean_interval
         poll_s = self._settings.poll_ms / 1000.0
         while not self._stop.is_set():
-            manager = self._manager
+            tasks = self._parts.tasks
             events = self._member.poll()
             if events:
                 self._on_membership(events)
-            reading = manager.reading_changelogs()
+            reading = tasks.reading_changelogs()
             consuming = bool(self._consumer.assigned) and not self.backpressure
             if reading:
-                manager.restore_step(timeout=0.0 if consuming else poll_s)
+                tasks.restore_step(timeout=0.0 if consuming else poll_s)
             if consuming:
                 messages = self._consumer.consume(
-                    CONSUME_BATCH, 0.0 if manager.restoring() else poll_s
+                    CONSUME_BATCH, 0.0 if tasks.restoring() else poll_s
                 )
                 if messages:
-                    manager.process(messages)
+                    self._parts.router.process(messages)
             elif not reading:
                 self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
             self._collector.poll()
@@ -88,14 +88,14 @@ class ProcessingLoop:
             due = now - last_commit >= self._commit_interval or over
             if due and self._try_commit(over):
                 last_commit = now
-            self.probes.check(manager, self._member)
+            self.probes.check(tasks, self._member)
             if now >= next_clean:
-                manager.clean_state_dir()
+                self._parts.manager.clean_state_dir()
                 next_clean = now + self._clean_interval
             self.on_iteration()
 
     def _over_memory_bound(self) -> bool:
-        pending = self._manager.pending_bytes()
+        pending = self._parts.tasks.pending_bytes()
         self._metrics.uncommitted_bytes.set(pending)
         return self._max_uncommitted >= 0 and pending > self._max_uncommitted
 
@@ -114,12 +114,12 @@ class ProcessingLoop:
         self._deferred = False
         self._set_backpressure(False)
         try:
-            self._manager.commit()
+            self._parts.committer.commit()
         except TaskMigrated as exc:
             # The group went on without us: our actives' uncommitted work is void. The
             # member notices too and joins again; the next assignment starts over.
             self._log.warning("commit.migrated", error=str(exc))
-            self._manager.on_lost()
+            self._parts.manager.on_lost()
         return True
 
     def _set_backpressure(self, on: bool) -> None:
@@ -128,5 +128,5 @@ class ProcessingLoop:
         self.backpressure = on
         self._log.info(
             "loop.backpressure" if on else "loop.backpressure_released",
-            pending_bytes=self._manager.pending_bytes(),
+            pending_bytes=self._parts.tasks.pending_bytes(),
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from worker.config import Settings
 from worker.errors import (
     KafkaUnavailable,
     ProduceFailed,
@@ -21,7 +22,7 @@ from worker.errors import (
     WorkerError,
 )
 from worker.kafka.clients import RecordCollector
-from worker.kafka.transactions import TransactionalCollector
+from worker.kafka.transactions import TransactionalCollector, group_metadata
 from worker.tasks.task import Task
 
 TP = tuple[str, int]
@@ -148,3 +149,32 @@ class ExactlyOnceCommit:
         """Abort the open transaction: every task's output since the last commit is gone."""
         self._collector.abort()
         return True
+
+
+class GroupMemberView(OffsetCommitter, Protocol):
+    """What exactly-once also needs of the member: the generation that fences commits."""
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def member_id(self) -> str: ...
+
+
+def commit_protocol(
+    settings: Settings, collector: RecordCollector, member: GroupMemberView
+) -> CommitProtocol:
+    """The one place the guarantee picks the protocol: exactly_once_v2 commits a
+    transaction fenced by the member's generation; at_least_once flushes, then commits
+    the source offsets through the member."""
+    if isinstance(collector, TransactionalCollector):
+        return ExactlyOnceCommit(
+            collector,
+            lambda: group_metadata(
+                settings.application_id,
+                member.generation,
+                member.member_id,
+                settings.group_instance_id,
+            ),
+        )
+    return AtLeastOnceCommit(collector, member, settings.commit_timeout_s)

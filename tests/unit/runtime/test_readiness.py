@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
+from worker.clock import FakeClock
 from worker.runtime.status import LOOP_STALL_SECONDS, Status, TaskStatus, WorkerState
 from worker.runtime.worker import Worker
 
@@ -25,10 +25,10 @@ def test_a_stalled_loop_is_not_ready() -> None:
 
 def test_the_worker_marks_a_snapshot_stalled_once_the_loop_stops_coming_round() -> None:
     worker = Worker.__new__(Worker)  # only the snapshot hand-out is under test
-    now = time.monotonic()
-    worker._status = replace(RUNNING, heartbeat=now)
+    worker.clock = clock = FakeClock()
+    worker._status = replace(RUNNING, heartbeat=clock.monotonic())
     assert worker.status().ready
 
-    worker._status = replace(RUNNING, heartbeat=now - LOOP_STALL_SECONDS - 1)
+    clock.advance(LOOP_STALL_SECONDS + 1)
 
     assert worker.status().stalled and not worker.status().ready

@@ -32,7 +32,12 @@ from worker.serde import JSON, STR
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import MiB, RocksDBEnv
+from worker.tasks.commit import CommitProtocol
+from worker.tasks.committer import TaskCommitter
 from worker.tasks.manager import TaskManager
+from worker.tasks.parts import TaskParts, build_task_parts
+from worker.tasks.registry import Tasks
+from worker.tasks.router import RecordRouter
 from worker.tasks.task import TaskContext
 
 APP = "app"
@@ -134,9 +139,9 @@ def topology() -> BuiltTopology:
 
 @dataclass
 class Harness:
-    """A TaskManager and its fakes, with the steps a processing loop would take."""
+    """The task parts and their fakes, with the steps a processing loop would take."""
 
-    manager: TaskManager
+    parts: TaskParts
     ctx: TaskContext
     collector: FakeCollector
     committer: FakeCommitter
@@ -147,15 +152,31 @@ class Harness:
     state_dir: StateDirectory
     _replicated: int = 0
 
+    @property
+    def manager(self) -> TaskManager:
+        return self.parts.manager
+
+    @property
+    def tasks(self) -> Tasks:
+        return self.parts.tasks
+
+    @property
+    def router(self) -> RecordRouter:
+        return self.parts.router
+
+    @property
+    def commits(self) -> TaskCommitter:
+        return self.parts.committer
+
     def assign(self, *task_ids: TaskId) -> None:
         self.manager.on_assigned(assignment(*task_ids))
 
     def restore(self, max_steps: int = 50) -> None:
         """Step the changelog reader until no task is restoring."""
         for _ in range(max_steps):
-            if not self.manager.restoring():
+            if not self.tasks.restoring():
                 return
-            self.manager.restore_step(timeout=0.0)
+            self.tasks.restore_step(timeout=0.0)
         raise AssertionError("restore did not finish")
 
     def event(self, task_id: TaskId, key: str, value: Any = None) -> int:
@@ -164,7 +185,7 @@ class Harness:
 
     def process(self) -> int:
         """Process everything the data consumer has for the assigned partitions."""
-        return self.manager.process(self.consumer.consume(10_000, 0.0))
+        return self.router.process(self.consumer.consume(10_000, 0.0))
 
     def replicate_changelogs(self) -> None:
         """Make every acknowledged changelog record readable by the restore consumer.
@@ -184,8 +205,10 @@ class Harness:
         return 0.0 if value is None else value
 
 
-def make_harness(topology: BuiltTopology, ctx: TaskContext) -> Harness:
-    """A task manager over ``ctx`` (whose collector is a FakeCollector) and fresh Kafka fakes.
+def make_harness(
+    topology: BuiltTopology, ctx: TaskContext, protocol: CommitProtocol | None = None
+) -> Harness:
+    """The task parts over ``ctx`` (whose collector is a FakeCollector) and fresh Kafka fakes.
 
     For tests that cannot use the ``harness`` fixture (hypothesis tests build one per
     test run); call ``harness.manager.close_all(clean=False)`` at the end.
@@ -194,17 +217,18 @@ def make_harness(topology: BuiltTopology, ctx: TaskContext) -> Harness:
     consumer = FakeDataConsumer()
     restore_consumer = FakeRestoreConsumer()
     reader = ChangelogReader(restore_consumer, ctx.metrics, batch_records=1000)  # type: ignore[arg-type]
-    manager = TaskManager(
+    parts = build_task_parts(
         topology,
         ctx,
-        reader,  # type: ignore[arg-type]
+        reader,
         consumer,  # type: ignore[arg-type]
-        committer,
+        committer,  # type: ignore[arg-type]
         # The ends the fake broker holds, as the fetch path would report them.
         high_watermarks=lambda tps: {tp: restore_consumer.end_offset(tp) for tp in tps},
+        protocol=protocol,
     )
     return Harness(
-        manager,
+        parts,
         ctx,
         ctx.collector,  # type: ignore[arg-type]
         committer,

@@ -21,7 +21,7 @@ from tests.fakes import (
 )
 from worker.kafka.clients import DataConsumer, FetchedBatch, RecordCollector, RestoreConsumer
 from worker.processing.context import RawStore, RecordSink
-from worker.tasks.manager import OffsetCommitter
+from worker.tasks.commit import OffsetCommitter
 
 PAIRS = [
     (RecordCollector, FakeCollector),

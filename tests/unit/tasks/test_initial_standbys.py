@@ -28,7 +28,7 @@ def leave_state_on_disk(h: Harness, *task_ids: TaskId) -> None:
     for task_id in task_ids:
         h.event(task_id, "k")
     h.process()
-    h.manager.commit()
+    h.commits.commit()
     h.replicate_changelogs()
     h.manager.close_all(clean=True)
 

@@ -22,6 +22,7 @@ from tests.unit.tasks.conftest import (
     T00,
     T01,
     Harness,
+    make_harness,
 )
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
@@ -32,7 +33,7 @@ from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.tasks.failures import FailureDecision, ProcessingFailures
 from worker.tasks.state import TaskState
-from worker.tasks.task import Task
+from worker.tasks.task import Task, TaskContext
 
 DLQ = f"{APP}-dlq"
 
@@ -108,7 +109,7 @@ def drain(h: Harness, rounds: int = 20) -> None:
     """Restore and process until nothing is left: what the loop does after revivals."""
     for _ in range(rounds):
         h.restore()
-        if h.process() == 0 and not h.manager.restoring():
+        if h.process() == 0 and not h.tasks.restoring():
             return
     raise AssertionError("still processing after many rounds")
 
@@ -128,7 +129,7 @@ def test_a_record_that_fails_once_revives_the_task_and_succeeds_on_retry(
     (task,) = start(harness, T01)
     feed(harness, T01, "a", 1, 2)
     harness.process()
-    assert harness.manager.commit()
+    assert harness.commits.commit()
     poison.raise_on[4] = 1
     feed(harness, T01, "a", 3, 4, 5)
 
@@ -138,7 +139,7 @@ def test_a_record_that_fails_once_revives_the_task_and_succeeds_on_retry(
     assert dict(task.stores[COUNTS].pending()) == {}, "the failed attempt's writes are gone"
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 1
     drain(harness)
-    assert harness.manager.commit()
+    assert harness.commits.commit()
     assert committed_count(task, "a") == 5
     assert poison.calls == [1, 2, 3, 4, 3, 4, 5]  # from the committed offset again
     assert harness.committer.offsets[(EVENTS, 1)] == 5
@@ -153,7 +154,7 @@ def test_a_record_failing_every_attempt_is_skipped_under_log_and_continue(
     feed(harness, T01, "a", 1, 2, 3)
 
     drain(harness)
-    assert harness.manager.commit()
+    assert harness.commits.commit()
 
     assert poison.calls.count(2) == 3, "tried 1 + processing.exception.max.retries times"
     assert committed_count(task, "a") == 2, "its partial writes never reached the store"
@@ -235,7 +236,7 @@ def test_a_failure_drops_the_rest_of_its_tasks_batch_but_not_the_other_tasks_rec
         FakeMessage(EVENTS, 0, 1, b"a", value(4)),
     ]
 
-    assert harness.manager.process(batch) == 3
+    assert harness.router.process(batch) == 3
 
     assert poison.calls == [1, 2, 9, 4], "the failed task's later records were dropped"
     assert t1.state is TaskState.RESTORING
@@ -258,10 +259,10 @@ class AbortingProtocol:
 
 
 def test_when_the_protocol_aborts_every_running_task_is_revived(
-    harness: Harness, poison: Poison
+    topology: BuiltTopology, ctx: TaskContext, poison: Poison
 ) -> None:
     protocol = AbortingProtocol()
-    harness.manager._commit_protocol = protocol
+    harness = make_harness(topology, ctx, protocol)
     t0, t1 = start(harness, T00, T01)
     poison.raise_on[9] = 1
     feed(harness, T00, "a", 1)
@@ -273,6 +274,7 @@ def test_when_the_protocol_aborts_every_running_task_is_revived(
     assert t0.state is TaskState.RESTORING and t1.state is TaskState.RESTORING
     assert dict(t0.stores[COUNTS].pending()) == {}
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 2
+    harness.manager.close_all(clean=False)
 
 
 def test_a_fatal_error_of_the_worker_is_not_blamed_on_the_record(
@@ -302,7 +304,7 @@ def test_a_producer_failure_while_sending_revives_every_running_task_without_bla
     assert t0.state is TaskState.RESTORING and t1.state is TaskState.RESTORING
     assert harness.metric("worker_task_revivals_total", reason="produce_failed") == 2
     drain(harness)
-    assert harness.manager.commit()
+    assert harness.commits.commit()
     assert poison.calls == [1, 9, 1, 9], "processed again once the producer works"
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 0
 
@@ -346,7 +348,7 @@ def test_two_bad_records_in_a_row_are_both_skipped_without_retrying_the_first_ag
     feed(harness, T01, "a", 1, 2, 3, 4)
 
     drain(harness)
-    assert harness.manager.commit()
+    assert harness.commits.commit()
 
     assert poison.calls.count(2) == 3, "skipped, not retried, when 3's revivals bring it back"
     assert poison.calls.count(3) == 3

@@ -38,7 +38,7 @@ def changelog(h: Harness, task: TaskId, *entries: tuple[str, int]) -> None:
 
 def step(h: Harness, times: int = 3) -> None:
     for _ in range(times):
-        h.manager.restore_step(timeout=0.0)
+        h.tasks.restore_step(timeout=0.0)
 
 
 def test_a_standby_tails_its_changelogs_and_never_processes(harness: Harness) -> None:
@@ -46,7 +46,7 @@ def test_a_standby_tails_its_changelogs_and_never_processes(harness: Harness) ->
     harness.manager.on_assigned(roles(standby=(T0,)))
     task = harness.manager.tasks[T0]
     assert task.state is TaskState.RUNNING and task.role is TaskRole.STANDBY
-    assert not harness.manager.restoring(), "a standby never blocks processing"
+    assert not harness.tasks.restoring(), "a standby never blocks processing"
 
     step(harness)
 
@@ -60,16 +60,16 @@ def test_a_standby_tails_its_changelogs_and_never_processes(harness: Harness) ->
 
 def test_standby_lag_is_the_distance_to_the_fetched_end(harness: Harness) -> None:
     harness.manager.on_assigned(roles(warmup=(T0,)))
-    assert harness.manager.warmups_caught_up(acceptable_lag=10) == [], "unknown until fetched"
+    assert harness.tasks.warmups_caught_up(acceptable_lag=10) == [], "unknown until fetched"
     step(harness)
-    assert harness.manager.warmups_caught_up(acceptable_lag=0) == [T0]
+    assert harness.tasks.warmups_caught_up(acceptable_lag=0) == [T0]
 
     changelog(harness, T0, ("a", 1), ("b", 1), ("c", 1))  # the end moves on
 
-    assert harness.manager.warmups_caught_up(acceptable_lag=2) == []
-    assert harness.manager.warmups_caught_up(acceptable_lag=3) == [T0]
+    assert harness.tasks.warmups_caught_up(acceptable_lag=2) == []
+    assert harness.tasks.warmups_caught_up(acceptable_lag=3) == [T0]
     step(harness)
-    assert harness.manager.warmups_caught_up(acceptable_lag=0) == [T0]
+    assert harness.tasks.warmups_caught_up(acceptable_lag=0) == [T0]
     assert harness.metric("worker_standby_lag_records", task="0_0") == 0
 
 
@@ -78,7 +78,7 @@ def test_standby_partitions_wait_while_an_active_restores(harness: Harness) -> N
     changelog(harness, T1, ("x", 1))
     harness.manager.on_assigned(roles(active=(T1,), standby=(T0,)))
 
-    harness.manager.restore_step(timeout=0.0)
+    harness.tasks.restore_step(timeout=0.0)
 
     assert (COUNTS_CHANGELOG, 0) in harness.restore_consumer.paused
     standby = harness.manager.tasks[T0]
@@ -96,7 +96,7 @@ def test_an_active_recycled_into_a_standby_keeps_its_stores_and_tails_from_its_o
     harness.restore()
     harness.event(T0, "a")
     harness.process()
-    harness.manager.commit()
+    harness.commits.commit()
     harness.replicate_changelogs()
     task = harness.manager.tasks[T0]
     store = task.stores[COUNTS]

@@ -71,7 +71,7 @@ def test_commit_produces_buffered_store_changes_collapsed_per_key(harness: Harne
     running(harness, T01)
     events(harness, T01, "a", "b", "a", "a")
 
-    assert harness.manager.commit()
+    assert harness.commits.commit()
 
     assert harness.collector.changelog_for(COUNTS_CHANGELOG, 1) == [(b"a", b"3"), (b"b", b"1")]
     assert [(r.topic, r.key) for r in harness.collector.sent] == [
@@ -103,7 +103,7 @@ def test_commit_steps_run_in_order_produce_flush_write_stores_commit_sources(
     harness.collector.before_flush = at_flush
     harness.committer.before_commit = at_source_commit
 
-    harness.manager.commit()
+    harness.commits.commit()
 
     # 1-2: the changelog record was produced before the flush; no store was written yet.
     assert seen["flush"] == (1, None, {})
@@ -116,7 +116,7 @@ def test_each_store_is_committed_with_its_acked_changelog_offset(harness: Harnes
     (task,) = running(harness, T01)
     events(harness, T01, "a", "b")
 
-    harness.manager.commit()
+    harness.commits.commit()
 
     assert harness.collector.acked == {cl(T01): 41}
     assert task.stores[COUNTS].committed_offsets() == {cl(T01): 41}
@@ -129,7 +129,7 @@ def test_a_table_store_is_committed_with_its_consumed_source_offset(harness: Har
     harness.consumer.append(LABELS, 1, b"b", encode("blue"))
     harness.process()
 
-    harness.manager.commit()
+    harness.commits.commit()
 
     assert task.stores[LABELS].committed_offsets() == {lb(T01): 1}
     assert task.stores[LABELS].get_committed(b"b") == b'"blue"'
@@ -145,7 +145,7 @@ def test_source_offsets_are_committed_through_the_committer_as_next_offsets(
     harness.consumer.append(LABELS, 1, b"a", encode("red"))
     harness.process()
 
-    harness.manager.commit()
+    harness.commits.commit()
 
     assert harness.committer.commits == [{ev(T00): 3, ev(T01): 1, lb(T01): 1}]
 
@@ -157,7 +157,7 @@ def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
     events(harness, T01, "a")
     harness.collector.fail_flush = ProduceFailed("1 records not acknowledged")
 
-    assert not harness.manager.commit()
+    assert not harness.commits.commit()
 
     store = task.stores[COUNTS]
     assert store.get_committed(b"a") is None
@@ -170,7 +170,7 @@ def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
     harness.collector.fail_flush = None
     harness.restore()
     harness.process()  # the same input again, from the committed source offset
-    assert harness.manager.commit()
+    assert harness.commits.commit()
     assert store.get_committed(b"a") == b"1"
     assert harness.committer.commits == [{ev(T01): 1}]
 
@@ -178,10 +178,10 @@ def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
 def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
     running(harness, T01)
     events(harness, T01, "a")
-    assert harness.manager.commit()
+    assert harness.commits.commit()
     flushes = harness.collector.flushes
 
-    assert not harness.manager.commit()
+    assert not harness.commits.commit()
 
     assert harness.collector.flushes == flushes
     assert len(harness.committer.commits) == 1
@@ -195,20 +195,20 @@ def test_commit_writes_the_checkpoint_only_after_the_checkpoint_interval(
     path = harness.state_dir.checkpoint_path(T01)
 
     events(harness, T01, "a")
-    harness.manager.commit()
+    harness.commits.commit()
     harness.clock.advance(CHECKPOINT_INTERVAL_S - 1)
     events(harness, T01, "a")
-    harness.manager.commit()
+    harness.commits.commit()
     assert not path.exists()
 
     harness.clock.advance(1)
     events(harness, T01, "a")
-    harness.manager.commit()
+    harness.commits.commit()
     assert read_checkpoint(path) == {cl(T01): 2}
     assert harness.metric("worker_checkpoint_writes_total") == 1
 
     events(harness, T01, "b")
-    harness.manager.commit()
+    harness.commits.commit()
     assert read_checkpoint(path) == {cl(T01): 2}
 
 
@@ -216,7 +216,7 @@ def test_a_commit_never_moves_a_stores_changelog_offset_backwards(harness: Harne
     # This process wrote the changelog up to offset 1 while it owned the task...
     running(harness, T01)
     events(harness, T01, "a", "b")
-    harness.manager.commit()
+    harness.commits.commit()
     harness.replicate_changelogs()
     rebalance(harness)
     # ...then another instance owned it and wrote offsets 2 and 3...
@@ -232,7 +232,7 @@ def test_a_commit_never_moves_a_stores_changelog_offset_backwards(harness: Harne
     # A commit in which the store wrote nothing (only the table moved).
     harness.consumer.append(LABELS, 1, b"a", encode("red"))
     harness.process()
-    harness.manager.commit()
+    harness.commits.commit()
 
     assert task.stores[COUNTS].get_committed(b"a") == b"7"
     assert task.stores[COUNTS].committed_offsets() == {cl(T01): 3}
@@ -268,8 +268,8 @@ def test_interleaved_runs_of_partitions_commit_each_partitions_last_offset(
         FakeMessage(EVENTS, 1, 2, b"b", b"{}"),
     ]
 
-    assert harness.manager.process(batch) == 7
-    assert harness.manager.commit()
+    assert harness.router.process(batch) == 7
+    assert harness.commits.commit()
 
     assert harness.committer.commits == [{ev(T00): 3, ev(T01): 3, lb(T01): 1}]
     assert t0.stores[COUNTS].get_committed(b"a") == b"2"
@@ -280,7 +280,7 @@ def test_interleaved_runs_of_partitions_commit_each_partitions_last_offset(
 def test_records_of_partitions_no_running_task_owns_are_dropped(harness: Harness) -> None:
     running(harness, T01)
 
-    processed = harness.manager.process([FakeMessage(EVENTS, 5, 0, b"a", b"{}")])
+    processed = harness.router.process([FakeMessage(EVENTS, 5, 0, b"a", b"{}")])
 
     assert processed == 0
     assert harness.metric("worker_processed_records_total") == 0
@@ -302,7 +302,7 @@ def corrupt_counts_store_of(h: Harness, task_id: TaskId) -> None:
     """Leave ``task_id``'s directory with committed state, then damage its counts store."""
     running(h, task_id)
     events(h, task_id, "a", "a", "b")
-    h.manager.commit()
+    h.commits.commit()
     h.replicate_changelogs()
     rebalance(h)
     assert h.state_dir.checkpoint_path(task_id).exists()
@@ -402,7 +402,7 @@ def test_a_kept_task_that_is_restoring_keeps_restoring(harness: Harness) -> None
 def test_close_all_closes_every_task_cleanly_with_checkpoints(harness: Harness) -> None:
     t0, t1 = running(harness, T00, T01)
     events(harness, T00, "a")
-    harness.manager.commit()
+    harness.commits.commit()
 
     harness.manager.close_all(clean=True)
 

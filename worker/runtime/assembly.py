@@ -1,0 +1,181 @@
+"""Builds the worker's runtime in one place, in start order, and registers every release.
+
+:func:`assemble` creates each collaborator and, the moment it exists, pushes what
+releases it onto the caller's :class:`contextlib.ExitStack`. Whatever fails part-way
+(a topic check, a client that cannot start, a constructor that raises), the stack
+releases exactly what was started, in reverse order: tasks closed, group left, clients
+closed, HTTP stopped, the state directory's process lock released last.
+
+Start order: state directory (process lock) -> HTTP -> topics -> Kafka clients -> task
+parts -> group member -> loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker.assignment.model import Subscription
+from worker.clock import Clock
+from worker.config import Settings
+from worker.http.queries import QueryRouter
+from worker.http.server import HttpServer
+from worker.kafka.clients import (
+    Admin,
+    DataConsumer,
+    RecordCollector,
+    RestoreConsumer,
+    WatermarkReader,
+)
+from worker.kafka.membership import GroupMember, MembershipEvent
+from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
+from worker.kafka.transactions import TransactionalCollector
+from worker.observability import Metrics
+from worker.processing.topology import BuiltTopology
+from worker.runtime.input_watch import InputWatch
+from worker.runtime.loop import ProcessingLoop
+from worker.runtime.status import Status
+from worker.state.directory import StateDirectory
+from worker.state.restore import ChangelogReader
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.tasks.parts import TaskParts, build_task_parts
+from worker.tasks.task import Task, TaskContext
+
+# How often the running worker checks that its topics still exist as at start-up.
+TOPIC_CHECK_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Everything one run of the worker started; released by the stack it was built on."""
+
+    state_dir: StateDirectory
+    http: HttpServer
+    layout: TopicLayout
+    topic_watch: TopicWatch
+    reader: ChangelogReader[Task]
+    member: GroupMember
+    parts: TaskParts
+    loop: ProcessingLoop
+    inputs: InputWatch
+
+
+@dataclass
+class Outcome:
+    """How the run ended, read by the releases: tasks close clean only after a final commit."""
+
+    clean: bool = False
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The worker's side of the wiring: status for HTTP, subscriptions, membership events."""
+
+    status: Callable[[], Status]
+    subscription: Callable[[], Subscription]
+    on_membership: Callable[[Sequence[MembershipEvent]], None]
+    on_change: Callable[[], None]
+
+
+def assemble(
+    stack: ExitStack,
+    settings: Settings,
+    topology: BuiltTopology,
+    state_root: Path,
+    metrics: Metrics,
+    clock: Clock,
+    stop: threading.Event,
+    hooks: Hooks,
+    outcome: Outcome,
+) -> Runtime:
+    """Start every part in order; each release goes onto ``stack`` as soon as it exists."""
+    state_dir = StateDirectory(state_root, settings.application_id)
+    state_dir.open()
+    stack.callback(state_dir.close)
+    http = HttpServer(
+        settings.http_host,
+        settings.http_port,
+        metrics,
+        hooks.status,
+        QueryRouter(topology, hooks.status),
+    )
+    http.start()
+    stack.callback(http.stop)
+    admin = Admin(settings)
+    layout = prepare_topics(
+        admin,
+        topology,
+        settings.application_id,
+        settings.internal_topics_create,
+        dead_letter=settings.dead_letter_enabled,
+    )
+    topic_watch = TopicWatch(
+        admin,
+        topology,
+        settings.application_id,
+        layout,
+        settings.dead_letter_enabled,
+        TOPIC_CHECK_SECONDS,
+        checked_at=clock.monotonic(),
+    )
+    collector = _collector(settings, state_dir, metrics)
+    stack.callback(collector.close)
+    consumer = DataConsumer(settings)
+    stack.callback(consumer.close)
+    watermarks = WatermarkReader(settings)
+    stack.callback(watermarks.close)
+    restore_consumer = RestoreConsumer(settings)
+    stack.callback(restore_consumer.close)
+    env = RocksDBEnv(settings.rocksdb_memory_bytes)
+    metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
+    metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
+    ctx = TaskContext(settings, state_dir, env, collector, metrics, clock)
+    reader: ChangelogReader[Task] = ChangelogReader(
+        restore_consumer, metrics, settings.restore_batch_records, clock
+    )
+    member = GroupMember(
+        settings,
+        topology.source_topics_by_subtopology(),
+        hooks.subscription,
+        metrics,
+        changelog_topics=topology.changelog_topics_by_subtopology(settings.application_id),
+        end_offsets=admin.end_offsets,
+        clock=clock,
+    )
+    stack.callback(_leave, member, state_dir)
+    parts = build_task_parts(
+        topology, ctx, reader, consumer, member, high_watermarks=watermarks.read
+    )
+    parts.tasks.on_change = hooks.on_change
+    stack.callback(lambda: parts.tasks.close_all(clean=outcome.clean))
+    loop = ProcessingLoop(
+        settings,
+        parts,
+        member,
+        consumer,
+        collector,
+        clock,
+        stop,
+        metrics,
+        on_membership=hooks.on_membership,
+    )
+    inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, clock)
+    return Runtime(state_dir, http, layout, topic_watch, reader, member, parts, loop, inputs)
+
+
+def _collector(settings: Settings, state_dir: StateDirectory, metrics: Metrics) -> RecordCollector:
+    """exactly_once_v2: one transactional producer per process (its id outlives restarts)."""
+    if settings.exactly_once:
+        return TransactionalCollector(
+            settings, f"{settings.application_id}-{state_dir.process_id}", metrics
+        )
+    return RecordCollector(settings)
+
+
+def _leave(member: GroupMember, state_dir: StateDirectory) -> None:
+    """Leave the group, then forget the member id: the next run has nobody to remove."""
+    member.close(leave=True)
+    state_dir.save_member_id(None)

@@ -1,0 +1,72 @@
+"""Runs the commit across the running active tasks and drops what cannot be committed.
+
+The protocol itself (what a commit does under each guarantee) is chosen once, by
+:func:`worker.tasks.commit.commit_protocol`; this module decides when its outcome
+revives tasks and keeps the failure counts and ``.checkpoint`` files in step with it.
+"""
+
+from __future__ import annotations
+
+from worker.observability import get_logger
+from worker.tasks.commit import CommitFailed, CommitProtocol
+from worker.tasks.failures import ProcessingFailures
+from worker.tasks.registry import Tasks
+from worker.tasks.state import TaskState
+
+
+class TaskCommitter:
+    """Commits every running active task together; single-threaded (processing thread)."""
+
+    def __init__(
+        self, tasks: Tasks, protocol: CommitProtocol, failures: ProcessingFailures
+    ) -> None:
+        self._tasks = tasks
+        self._protocol = protocol
+        self._failures = failures
+        self._log = get_logger(component="committer")
+
+    def commit(self) -> bool:
+        """Commit every running active task with the guarantee's protocol (tasks/commit.py),
+        then rewrite the ``.checkpoint`` files whose interval has passed.
+
+        A commit that cannot complete drops the uncommitted work of every running task
+        and revives them from their last committed state (a log line and
+        ``worker_task_revivals_total``); the process keeps going. Returns False when there
+        was nothing to commit or the commit failed. Raises TaskMigrated when the group
+        went on without this instance.
+        """
+        self._checkpoint_standbys()
+        running = self._tasks.running_actives()
+        if not any(t.needs_commit() for t in running):
+            return False
+        metrics = self._tasks.ctx.metrics
+        try:
+            with metrics.commit_seconds.time():
+                offsets = self._protocol(running)
+        except CommitFailed as exc:
+            self._log.warning("commit.failed", reason=exc.reason, error=str(exc))
+            self._tasks.revive(running, exc.reason, str(exc))
+            return False
+        for task in running:
+            task.mark_sources_committed(offsets)
+            task.maybe_write_checkpoint()
+        self._failures.forget_committed(offsets)
+        metrics.commits.inc()
+        return True
+
+    def abort(self) -> bool:
+        """Drop what was sent since the last commit where the guarantee can (see
+        ``CommitProtocol.abort``): True when every running task must be revived."""
+        return self._protocol.abort()
+
+    def discard_uncommitted(self) -> None:
+        """Drop what every task processed since the last commit (aborted under exactly-once)."""
+        self._protocol.abort()
+        for task in self._tasks.by_id.values():
+            task.discard_uncommitted()
+
+    def _checkpoint_standbys(self) -> None:
+        """Standby stores commit each batch they apply; only their .checkpoint lags behind."""
+        for task in self._tasks.by_id.values():
+            if not task.is_active and task.state is TaskState.RUNNING:
+                task.maybe_write_checkpoint()

@@ -1,0 +1,61 @@
+"""The task layer's four parts, built together because they share one registry.
+
+:class:`Tasks` (the registry) is what the others act on: :class:`TaskManager` applies
+assignments, :class:`RecordRouter` processes records, :class:`TaskCommitter` commits.
+The worker's composition root calls :func:`build_task_parts` once; tests build the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from worker.kafka.clients import DataConsumer
+from worker.processing.handlers import ExceptionPolicy
+from worker.processing.topology import BuiltTopology
+from worker.state.restore import ChangelogReader
+from worker.tasks.commit import CommitProtocol, GroupMemberView, commit_protocol
+from worker.tasks.committer import TaskCommitter
+from worker.tasks.failures import ProcessingFailures
+from worker.tasks.manager import TaskManager
+from worker.tasks.registry import Tasks
+from worker.tasks.router import RecordRouter
+from worker.tasks.task import Task, TaskContext
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TaskParts:
+    tasks: Tasks
+    manager: TaskManager
+    router: RecordRouter
+    committer: TaskCommitter
+
+
+def build_task_parts(
+    topology: BuiltTopology,
+    ctx: TaskContext,
+    reader: ChangelogReader[Task],
+    consumer: DataConsumer,
+    member: GroupMemberView,
+    high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
+    protocol: CommitProtocol | None = None,
+) -> TaskParts:
+    """Wire the parts over one registry. ``protocol`` defaults to the guarantee's
+    (:func:`worker.tasks.commit.commit_protocol`); tests may pass their own."""
+    settings = ctx.settings
+    failures = ProcessingFailures(
+        ExceptionPolicy(settings.processing_exception_handler),
+        settings.processing_exception_max_retries,
+    )
+    tasks = Tasks(ctx, reader, consumer, member)
+    committer = TaskCommitter(
+        tasks, protocol or commit_protocol(settings, ctx.collector, member), failures
+    )
+    return TaskParts(
+        tasks,
+        TaskManager(topology, tasks, committer, high_watermarks),
+        RecordRouter(tasks, committer, failures),
+        committer,
+    )

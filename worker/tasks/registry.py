@@ -1,0 +1,155 @@
+"""Every task of this worker and what each one reads.
+
+:class:`Tasks` is the state the task manager, the record router and the committer
+share: the tasks by id, the route from a source partition to its task, the data
+consumer's assignment and the changelog reader's registrations. It keeps those three in
+step (a task's inputs start and stop together) and owns the moves every part needs:
+start, stop, close and revive. Single-threaded: the processing thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from worker.assignment.task_id import TaskId
+from worker.kafka.clients import DataConsumer
+from worker.observability import get_logger
+from worker.state.restore import ChangelogReader
+from worker.tasks.commit import OffsetCommitter
+from worker.tasks.state import TaskRole, TaskState
+from worker.tasks.task import Task, TaskContext
+
+TP = tuple[str, int]
+
+
+class Tasks:
+    """The tasks by id (``by_id``) and the route of each source partition (``route``)."""
+
+    def __init__(
+        self,
+        ctx: TaskContext,
+        reader: ChangelogReader[Task],
+        consumer: DataConsumer,
+        committer: OffsetCommitter,
+    ) -> None:
+        self.ctx = ctx
+        self._reader = reader
+        self._consumer = consumer
+        self._committer = committer
+        self.by_id: dict[TaskId, Task] = {}
+        self.route: dict[TP, Task] = {}
+        self.first_assignment_at: float | None = None
+        self._log = get_logger(component="tasks")
+        # Called after every change others publish (the worker's status snapshot).
+        self.on_change: Callable[[], None] = lambda: None
+
+    # -- queries ---------------------------------------------------------------------
+
+    def running_actives(self) -> list[Task]:
+        return [t for t in self.by_id.values() if t.is_active and t.state is TaskState.RUNNING]
+
+    def ids_by_role(self, *roles: TaskRole) -> frozenset[TaskId]:
+        return frozenset(tid for tid, t in self.by_id.items() if t.role in roles)
+
+    def pending_bytes(self) -> int:
+        return sum(t.pending_bytes for t in self.by_id.values())
+
+    def all_running(self) -> bool:
+        return all(t.state is TaskState.RUNNING for t in self.by_id.values())
+
+    def publish_kinds(self) -> None:
+        for role in TaskRole:
+            count = sum(1 for t in self.by_id.values() if t.role is role)
+            self.ctx.metrics.tasks.labels(kind=role.value).set(count)
+
+    # -- restore ---------------------------------------------------------------------
+
+    def restoring(self) -> bool:
+        """True while some active task restores (processing of it has not started)."""
+        return self._reader.restoring()
+
+    def reading_changelogs(self) -> bool:
+        """True while any task restores or tails changelogs (the loop must keep stepping)."""
+        return self._reader.has_work()
+
+    def restore_step(self, timeout: float) -> None:
+        """One bounded batch of restoring; actives that reached the end start processing."""
+        finished = self._reader.step(timeout)
+        for task in finished:
+            task.revived = False
+            task.transition(TaskState.RUNNING, "restored")
+            self._start_inputs(task)
+        if finished:
+            self.on_change()
+
+    def warmups_caught_up(self, acceptable_lag: int) -> list[TaskId]:
+        """Warmup tasks now within ``acceptable_lag`` records of their changelogs' end."""
+        caught_up = []
+        for task_id, task in self.by_id.items():
+            if task.role is TaskRole.WARMUP and task.state is TaskState.RUNNING:
+                lag = self._reader.lag(task_id)
+                if lag is not None and lag <= acceptable_lag:
+                    caught_up.append(task_id)
+        return sorted(caught_up)
+
+    # -- moves -----------------------------------------------------------------------
+
+    def start(self, task: Task) -> None:
+        """Actives restore what they are behind, then process; standbys start tailing."""
+        if not task.is_active:
+            task.transition(TaskState.RUNNING, "tailing")
+            self._reader.register(task, standby=True)
+        else:
+            task.transition(TaskState.RESTORING)
+            self._reader.register(task)
+
+    def stop_inputs(self, task: Task) -> None:
+        """Stop reading for ``task``: its changelogs, its source partitions, its route."""
+        self._reader.unregister(task)
+        self._consumer.remove(task.source_partitions)
+        for tp in task.source_partitions:
+            self.route.pop(tp, None)
+
+    def _start_inputs(self, task: Task) -> None:
+        committed = self._committer.committed(task.source_partitions)
+        self._consumer.add(task.start_positions(committed))
+        for tp in task.source_partitions:
+            self.route[tp] = task
+
+    def close(self, task_id: TaskId, clean: bool) -> None:
+        """Stop and close one task (clean: checkpoint written); a failing close is logged."""
+        task = self.by_id.pop(task_id)
+        if task.role is TaskRole.INITIAL_STANDBY:
+            self.ctx.metrics.initial_standbys_closed.inc()
+            task.log.info("initial_standby.closed", reason="not assigned")
+        self.stop_inputs(task)
+        try:
+            task.close(clean)
+        except Exception:
+            self._log.exception("task.close_failed", task_id=str(task_id))
+
+    def close_all(self, clean: bool) -> None:
+        """Close every task (clean: after a final commit; checkpoints written)."""
+        for task_id in sorted(self.by_id):
+            self.close(task_id, clean)
+        self.publish_kinds()
+
+    def revive(self, tasks: list[Task], reason: str, error: str) -> None:
+        """Close dirty and revive: drop buffers and positions, restore, reprocess.
+
+        The stores hold only committed data (the buffers never reached RocksDB), so
+        reviving means restoring the changelog tail from the stored offsets (aborted
+        records are skipped under read_committed) and consuming from the committed
+        source offsets again. ``reason`` labels ``worker_task_revivals_total``.
+        """
+        self._log.warning(
+            "tasks.revived", reason=reason, tasks=sorted(str(t.id) for t in tasks), error=error
+        )
+        for task in tasks:
+            self.stop_inputs(task)
+            task.discard_uncommitted()
+            task.transition(TaskState.SUSPENDED, f"revived: {reason}")
+            task.revived = True
+            self.ctx.metrics.task_revivals.labels(reason=reason).inc()
+            self.start(task)
+        self.on_change()
