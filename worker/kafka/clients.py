@@ -18,11 +18,10 @@ from typing import Any, cast
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from worker.assignment.task_id import TP
 from worker.config import Settings
 from worker.errors import FatalError, KafkaUnavailable, WorkerError
 from worker.kafka.client_logs import librdkafka_logger
-
-TP = tuple[str, int]
 
 # Fetch tuning from platform-facts: the default 1000 ms queue backoff stalls a consumer
 # that drains faster than the broker refills it.

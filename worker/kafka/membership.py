@@ -52,7 +52,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment import planner
 from worker.assignment.model import Assignment, Subscription
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import (
@@ -65,8 +65,6 @@ from worker.errors import (
 from worker.kafka import group_coordinator
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.observability import Metrics, get_logger
-
-TP = tuple[str, int]
 
 # librdkafka pass-through keys kafka-python understands, and what it calls them.
 _PASSTHROUGH = {

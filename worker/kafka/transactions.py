@@ -22,9 +22,10 @@ from typing import Any
 
 import confluent_kafka as ck
 
+from worker.assignment.task_id import TP
 from worker.config import Settings
 from worker.errors import FatalError, WorkerError
-from worker.kafka.clients import TP, RecordCollector
+from worker.kafka.clients import RecordCollector
 
 
 class TransactionFailed(WorkerError):

@@ -25,14 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
 from worker.kafka.clients import RestoreConsumer
 from worker.observability import Metrics, get_logger
 from worker.state.store import RestoreBatch, Store
 from worker.tasks.task import Task
-
-TP = tuple[str, int]
 
 
 @dataclass

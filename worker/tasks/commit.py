@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from worker.assignment.task_id import TP
 from worker.errors import KafkaUnavailable, RebalanceInProgress, WorkerError
 from worker.kafka.clients import ProduceFailed, RecordCollector
 from worker.kafka.transactions import TransactionalCollector, TransactionFailed
 from worker.tasks.task import Task
-
-TP = tuple[str, int]
 
 
 class CommitFailed(WorkerError):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from worker.assignment.model import Assignment
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.errors import (
     KafkaUnavailable,
     TaskCorrupted,
@@ -35,7 +35,6 @@ from worker.tasks.failures import FailureDecision, ProcessingFailures
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
-TP = tuple[str, int]
 # What a sink's send raises when the producer, not the record, is at fault.
 _PRODUCER_FAILURES = (KafkaUnavailable, ProduceFailed, TransactionFailed)
 
