@@ -1,8 +1,8 @@
 """Availability through membership changes: which tasks stop, for how long, and whether
 they had to (issue 13, item 5).
 
-Three scenarios, each on its own broker, with the test topology ``tests.apps.counting``
-(one output per input; ``--app tests.apps.counting:build``), ``inputs`` and ``outputs``
+Three scenarios, each on its own broker, with the topology ``worker.examples.counting``
+(one output per input; ``--app worker.examples.counting:build``), ``inputs`` and ``outputs``
 in 6 partitions, so 6 tasks ``0_0``..``0_5``. Input flows at ``rate`` records/s over
 ``keys`` keys (every partition) from before the first membership event to the end.
 Workers: ``num.standby.replicas=1``, ``commit.interval.ms`` 100, the harness's group
@@ -97,14 +97,14 @@ from benchmarks.harness import (
     worker_settings,
 )
 from benchmarks.results import Result, Row, Target
-from tests.apps import counting
-from tests.support.processes import WorkerProcess
+from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import gap_intervals, longest_stalls, stalled_share
+from worker.examples import counting
 from worker.serde import JSON, STR
 
 NAME = "availability"
 TITLE = "Availability through membership changes"
-APP = "tests.apps.counting:build"
+APP = "worker.examples.counting:build"
 PARTITIONS = 6
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
 STALLED = 1.5  # s: a stall longer than this counts (issue 13)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from benchmarks.harness import REPO, RunContext
-from tests.support.processes import WorkerProcess
+from worker.dev.processes import WorkerProcess
 
 # A frame as py-spy writes it: "function (path/to/file.py:line)"; line may be missing.
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::(?P<line>\d+))?\)$")

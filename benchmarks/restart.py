@@ -63,7 +63,7 @@ from benchmarks.harness import (
     worker_settings,
 )
 from benchmarks.results import Result, Row, Target
-from tests.support.processes import WorkerProcess
+from worker.dev.processes import WorkerProcess
 
 NAME = "restart"
 TITLE = "Restart over local state"

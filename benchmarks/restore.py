@@ -27,6 +27,7 @@ from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
     Sampler,
+    client_settings,
     log_time,
     new_application_id,
     produce,
@@ -40,11 +41,11 @@ from benchmarks.results import Result, Row, Target
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
-    create_example_topics,
     create_totals_changelog,
     totals_records,
 )
-from tests.support.processes import WorkerProcess
+from worker.dev import sample_data
+from worker.dev.processes import WorkerProcess
 
 NAME = "restore"
 TITLE = "Restore"
@@ -94,7 +95,7 @@ def run(ctx: RunContext, params: Params) -> Result:
     broker = start_broker(ctx)
     bootstrap = broker.bootstrap
     app_id = new_application_id("bench-restore")
-    create_example_topics(bootstrap)  # the profiles table stays empty
+    sample_data.create_example_topics(client_settings(bootstrap), EXAMPLE_PARTITIONS)  # no profiles
     changelog = create_totals_changelog(bootstrap, app_id)
     seeded = produce(
         bootstrap, changelog, totals_records(accounts(params.accounts), params.versions)

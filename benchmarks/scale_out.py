@@ -53,7 +53,7 @@ from benchmarks.workload import (
     payment_records,
     totals_changelog,
 )
-from tests.support.processes import WorkerProcess
+from worker.dev.processes import WorkerProcess
 from worker.examples import payments as app
 
 NAME = "scale_out"

@@ -36,7 +36,7 @@ import confluent_kafka as ck
 from worker.config import Settings, load
 from worker.dev import history
 from worker.dev.broker import EmbeddedBroker
-from worker.dev.demo import create_example_topics
+from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
 from worker.kafka.clients import Admin, TopicSpec
 from worker.kafka.loader import read_topic

@@ -25,6 +25,7 @@ from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import (
     RunContext,
     Sampler,
+    client_settings,
     create_topics,
     metric_or_zero,
     new_application_id,
@@ -40,10 +41,10 @@ from benchmarks.results import Result, Row, Target
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
-    create_example_topics,
     payment_records,
     profile_records,
 )
+from worker.dev import sample_data
 from worker.examples import payments as app
 
 NAME = "throughput"
@@ -69,7 +70,7 @@ def run(ctx: RunContext, params: Params) -> Result:
     broker = start_broker(ctx)
     bootstrap = broker.bootstrap
     accts = accounts(params.accounts)
-    create_example_topics(bootstrap)
+    sample_data.create_example_topics(client_settings(bootstrap), EXAMPLE_PARTITIONS)
     produce(bootstrap, app.PROFILES, profile_records(accts))
     produce(bootstrap, app.PAYMENTS, payment_records(accts, params.payments))
     create_topics(bootstrap, {"ceiling-out": EXAMPLE_PARTITIONS})
