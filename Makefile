@@ -49,9 +49,9 @@ bench:
 	$(BIN)/python -m benchmarks
 
 lint: install
-	$(BIN)/ruff check worker tests
-	$(BIN)/ruff format --check worker tests
-	$(BIN)/mypy worker
+	$(BIN)/ruff check worker tests benchmarks
+	$(BIN)/ruff format --check worker tests benchmarks
+	$(BIN)/mypy worker benchmarks
 
 docker:
 	docker build -t $(IMAGE) .

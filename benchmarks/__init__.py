@@ -1,7 +1,10 @@
 """The benchmark suite: ``make bench`` / ``python -m benchmarks`` (see ``__main__``).
 
-Each benchmark measures the worker against a baseline taken in the same run and returns
-rows of ratios; :mod:`benchmarks.report` writes them to ``docs/benchmarks.md``.
+Each benchmark module measures the worker against a baseline taken in the same run
+(``measure(ctx, params)``: a plain dataclass of what it observed) and reports it
+(``report(measured, plot_path)``: rows of ratios, details and plots, see
+:mod:`benchmarks.results`); :mod:`benchmarks.report` writes every report to
+``docs/benchmarks.md``.
 """
 
 # In the order ``python -m benchmarks`` runs them; each is a module of this package.

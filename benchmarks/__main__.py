@@ -91,14 +91,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run_one(module: ModuleType, args: argparse.Namespace, workdir: Path, plots: Path) -> Result:
-    """Run one benchmark; its processes are all stopped when this returns or raises."""
+    """Measure one benchmark and report it; its processes are all stopped when this returns
+    or raises."""
     params = module.QUICK if args.quick else module.FULL
     profile = (not args.quick) if args.profile is None else args.profile
     started = time.monotonic()
     print(f"== {module.NAME}: {params}", flush=True)
     ctx = RunContext(workdir / module.NAME, plots, args.quick, profile)
     try:
-        result: Result = module.run(ctx, params)
+        result: Result = module.report(module.measure(ctx, params), ctx.plot_path)
     except Exception:
         result = Result(module.NAME, module.TITLE, error=traceback.format_exc(limit=8))
     finally:

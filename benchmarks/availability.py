@@ -1,8 +1,8 @@
 """Availability through membership changes: which tasks stop, for how long, and whether
 they had to (issue 13, item 5).
 
-Three scenarios, each on its own broker, with the test topology ``tests.apps.counting``
-(one output per input; ``--app tests.apps.counting:build``), ``inputs`` and ``outputs``
+Three scenarios, each on its own broker, with the topology ``worker.examples.counting``
+(one output per input; ``--app worker.examples.counting:build``), ``inputs`` and ``outputs``
 in 6 partitions, so 6 tasks ``0_0``..``0_5``. Input flows at ``rate`` records/s over
 ``keys`` keys (every partition) from before the first membership event to the end.
 Workers: ``num.standby.replicas=1``, ``commit.interval.ms`` 100, the harness's group
@@ -96,15 +96,15 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.results import Result, Row, Target
-from tests.apps import counting
-from tests.support.processes import WorkerProcess
+from benchmarks.results import PlotPath, Result, Row, Target
+from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import gap_intervals, longest_stalls, stalled_share
+from worker.examples import counting
 from worker.serde import JSON, STR
 
 NAME = "availability"
 TITLE = "Availability through membership changes"
-APP = "tests.apps.counting:build"
+APP = "worker.examples.counting:build"
 PARTITIONS = 6
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
 STALLED = 1.5  # s: a stall longer than this counts (issue 13)
@@ -209,9 +209,7 @@ class EventOutcome:
 
 @dataclass
 class ScenarioOutcome:
-    key: str
-    title: str
-    setup: str
+    key: str  # a key of SCENARIOS
     t0: float  # epoch s: the input started
     end: float  # epoch s: the input stopped
     events: list[EventOutcome]
@@ -508,7 +506,7 @@ class Group:
                     )
             time.sleep(min(0.5, left))
 
-    def finish(self, key: str, title: str, setup: str) -> ScenarioOutcome:
+    def finish(self, key: str) -> ScenarioOutcome:
         end = time.time()
         assert self.input is not None
         self.input.close()
@@ -539,8 +537,6 @@ class Group:
             )
         return ScenarioOutcome(
             key=key,
-            title=title,
-            setup=setup,
             t0=self.t0,
             end=end,
             events=events,
@@ -576,13 +572,7 @@ def rolling_restart(ctx: RunContext, params: Params) -> ScenarioOutcome:
         group.pause(params.down_seconds)
         group.start(name)
         group.pause(params.event_seconds)
-    return group.finish(
-        "rolling",
-        f"Rolling restart of {params.workers} workers",
-        f"{params.workers} workers, balanced before the input starts; {params.restarts} of them "
-        f"in turn: SIGTERM, {params.down_seconds:g} s down once it exited, started again over "
-        f"its state dir, {params.event_seconds:g} s before the next.",
-    )
+    return group.finish("rolling")
 
 
 def scale_out(ctx: RunContext, params: Params) -> ScenarioOutcome:
@@ -592,12 +582,7 @@ def scale_out(ctx: RunContext, params: Params) -> ScenarioOutcome:
     for name in names[1:]:
         group.start(name)
         group.pause(params.scale_seconds)
-    return group.finish(
-        "scale_out",
-        "Scale-out " + " -> ".join(str(n) for n in range(1, params.workers + 1)),
-        f"1 worker, ready before the input starts; then {params.workers - 1} more, "
-        f"{params.scale_seconds:g} s apart (the last one's window as long).",
-    )
+    return group.finish("scale_out")
 
 
 def kill_one(ctx: RunContext, params: Params) -> ScenarioOutcome:
@@ -607,17 +592,10 @@ def kill_one(ctx: RunContext, params: Params) -> ScenarioOutcome:
     victim = names[-1]
     group.kill(victim)
     group.pause(params.kill_seconds)
-    then = "left dead to the end"
     if params.restart_killed:
         group.start(victim)
         group.pause(params.event_seconds)
-        then = f"then started again over its state dir, {params.event_seconds:g} s to the end"
-    return group.finish(
-        "kill",
-        f"Kill -9 of one of {params.workers}",
-        f"{params.workers} workers, balanced before the input starts; kill -9 of {victim}, "
-        f"dead for {params.kill_seconds:g} s, {then}.",
-    )
+    return group.finish("kill")
 
 
 SCENARIOS: dict[str, Callable[[RunContext, Params], ScenarioOutcome]] = {
@@ -627,19 +605,59 @@ SCENARIOS: dict[str, Callable[[RunContext, Params], ScenarioOutcome]] = {
 }
 
 
-def _run_all(ctx: RunContext, params: Params) -> list[ScenarioOutcome]:
+@dataclass(frozen=True)
+class Measured:
+    """What every scenario observed."""
+
+    params: Params
+    outcomes: list[ScenarioOutcome]  # in the order of SCENARIOS
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    """Every scenario, one after another (side by side in quick mode)."""
     calls = {key: partial(scenario, ctx, params) for key, scenario in SCENARIOS.items()}
     if params.parallel:
-        return list(side_by_side(calls).values())
-    return [call() for call in calls.values()]
+        return Measured(params, list(side_by_side(calls).values()))
+    return Measured(params, [call() for call in calls.values()])
 
 
 # -- the report ---------------------------------------------------------------------------
 
 
-def run(ctx: RunContext, params: Params) -> Result:
+def _title(key: str, params: Params) -> str:
+    return {
+        "rolling": f"Rolling restart of {params.workers} workers",
+        "scale_out": "Scale-out " + " -> ".join(str(n) for n in range(1, params.workers + 1)),
+        "kill": f"Kill -9 of one of {params.workers}",
+    }[key]
+
+
+def _setup(key: str, params: Params) -> str:
+    """What the scenario did, in a sentence (the scenario functions above do it)."""
+    if key == "rolling":
+        return (
+            f"{params.workers} workers, balanced before the input starts; {params.restarts} of "
+            f"them in turn: SIGTERM, {params.down_seconds:g} s down once it exited, started "
+            f"again over its state dir, {params.event_seconds:g} s before the next."
+        )
+    if key == "scale_out":
+        return (
+            f"1 worker, ready before the input starts; then {params.workers - 1} more, "
+            f"{params.scale_seconds:g} s apart (the last one's window as long)."
+        )
+    then = "left dead to the end"
+    if params.restart_killed:
+        then = f"then started again over its state dir, {params.event_seconds:g} s to the end"
+    return (
+        f"{params.workers} workers, balanced before the input starts; kill -9 of "
+        f"{_names(params.workers)[-1]}, dead for {params.kill_seconds:g} s, {then}."
+    )
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """Per scenario its two rows, details and timeline; the copy row; the shares plot."""
+    params, outcomes = measured.params, measured.outcomes
     result = Result(NAME, TITLE)
-    outcomes = _run_all(ctx, params)
     for outcome in outcomes:
         result.rows += _rows(outcome)
     result.rows.append(_copy_row(outcomes))
@@ -655,18 +673,20 @@ def run(ctx: RunContext, params: Params) -> Result:
         "issue 13."
     )
     for outcome in outcomes:
-        result.details += _scenario_details(outcome)
+        result.details += _scenario_details(outcome, params)
         result.plots.append(
             plots.availability_timeline(
-                ctx.plot_path(f"{NAME}-{outcome.key}"), **_plot_args(outcome)
+                plot_path(f"{NAME}-{outcome.key}"), **_plot_args(outcome, params)
             )
         )
     result.plots.insert(
         0,
         plots.availability_shares(
-            ctx.plot_path(NAME),
+            plot_path(NAME),
             {
-                o.title: [(e.event.label, e.stalled_share, e.moved_share) for e in o.events]
+                _title(o.key, params): [
+                    (e.event.label, e.stalled_share, e.moved_share) for e in o.events
+                ]
                 for o in outcomes
             },
             STALLED,
@@ -735,7 +755,7 @@ def _copy_row(outcomes: Sequence[ScenarioOutcome]) -> Row:
     )
 
 
-def _scenario_details(outcome: ScenarioOutcome) -> list[str]:
+def _scenario_details(outcome: ScenarioOutcome, params: Params) -> list[str]:
     _, eager = EAGER[outcome.key]
     met = sum(1 for e in outcome.events if e.stalled_share <= e.moved_share)
     kept = max((s for e in outcome.events for s in e.kept_stalls.values()), default=0.0)
@@ -756,8 +776,8 @@ def _scenario_details(outcome: ScenarioOutcome) -> list[str]:
         )
     rounds = [b - a for spans in outcome.rounds.values() for a, b in spans if a >= outcome.t0]
     return [
-        f"### {outcome.title}",
-        f"{outcome.setup} Eager baseline ({SOURCE}): {eager}. Here: per event, the tasks "
+        f"### {_title(outcome.key, params)}",
+        f"{_setup(outcome.key, params)} Eager baseline ({SOURCE}): {eager}. Here: per event, the tasks "
         f"that stalled were at most those that changed owner in {met} of "
         f"{len(outcome.events)} events; the tasks that kept their owner stalled up to "
         f"{kept:.1f} s; rebalance rounds after the input started took "
@@ -781,7 +801,7 @@ def _move_cell(event: EventOutcome, task: str, move: Move) -> str:
     return f"{task} {move.before or '-'} -> {move.after or 'nobody'} ({'; '.join(facts)})"
 
 
-def _plot_args(outcome: ScenarioOutcome) -> dict[str, Any]:
+def _plot_args(outcome: ScenarioOutcome, params: Params) -> dict[str, Any]:
     t0 = outcome.t0
     span = (0.0, outcome.end - t0)
     # From the first output on: the input's first records take a moment to come out.
@@ -792,7 +812,7 @@ def _plot_args(outcome: ScenarioOutcome) -> dict[str, Any]:
     }
     owners = {task: [(at - t0, who) for at, who in spans] for task, spans in outcome.owners.items()}
     return {
-        "title": outcome.title,
+        "title": _title(outcome.key, params),
         "gaps": gaps,
         "owners": owners,
         "events": [(e.event.at - t0, e.event.label) for e in outcome.events],

@@ -5,7 +5,7 @@ Every process a benchmark starts (broker, workers, py-spy) is registered on the 
 benchmark ends, whether it succeeded or not. Nothing is ever signalled by name.
 
 Workers are the real thing: ``python -m worker start`` children driven through
-:class:`tests.support.processes.WorkerProcess` (the same harness the integration tests
+:class:`worker.dev.processes.WorkerProcess` (the same harness the integration tests
 use) and observed only from outside: ``/metrics``, ``/readyz``, logs, output topics.
 """
 
@@ -26,8 +26,9 @@ import confluent_kafka as ck
 import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.processes import WorkerProcess
+from worker.config import Settings, load
 from worker.dev.broker import EmbeddedBroker, free_port
+from worker.dev.processes import WorkerProcess, WorkerProcessFailed
 
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -128,6 +129,12 @@ def worker_settings(
     return settings
 
 
+def client_settings(bootstrap: str) -> Settings:
+    """Settings for the worker's own clients (admin, loaders) against ``bootstrap``: the
+    benchmarks create and load topics the way the worker and the demo do."""
+    return load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
+
+
 def new_application_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -177,7 +184,7 @@ def stop_worker(worker: WorkerProcess, timeout: float = 30.0) -> None:
     if worker.alive:
         try:
             worker.terminate(timeout)
-        except AssertionError:
+        except WorkerProcessFailed:
             worker.close()
 
 

@@ -21,6 +21,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks import plots
 from benchmarks.apps import MEMORY_TOPIC
@@ -37,13 +38,23 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.results import Result, Row
+from benchmarks.results import PlotPath, Result, Row
 
 NAME = "initial_standbys"
 TITLE = "Initial standbys: restart over local state"
 APP = "benchmarks.apps:memory_app"
 MEMORY_BOUND = 64 * 1024 * 1024
 VALUE = 1024
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One restart: launch to first record (s), first assignment to first record (s), peak
+    RSS once ready (bytes)."""
+
+    first_record: float
+    after_join: float
+    peak: int
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,10 @@ def _fill(bootstrap: str, topic: str, total: int) -> None:
         produce(bootstrap, topic, _records(start, min(50_000, total - start)))
 
 
-def _build_state(run: RunContext, bootstrap: str, partitions: int, records: int, tag: str):
+def _build_state(
+    run: RunContext, bootstrap: str, partitions: int, records: int, tag: str
+) -> tuple[dict[str, object], Path, str]:
+    """Local state built by the worker itself, stopped cleanly: (settings, state dir, topic)."""
     application_id = new_application_id(f"bench-initial-{tag}")
     topic = MEMORY_TOPIC  # the app reads this name: each part has a broker of its own
     create_topics(bootstrap, {topic: partitions})
@@ -95,7 +109,17 @@ def _build_state(run: RunContext, bootstrap: str, partitions: int, records: int,
     return settings, builder.state_dir, topic
 
 
-def _restart(run, settings, state_dir, topic, bootstrap, enabled: bool, name: str, backlog: int):
+def _restart(
+    run: RunContext,
+    settings: dict[str, object],
+    state_dir: Path,
+    topic: str,
+    bootstrap: str,
+    enabled: bool,
+    name: str,
+    backlog: int,
+) -> Timing:
+    """A restart over ``state_dir`` with a backlog waiting, timed to its first record."""
     produce(bootstrap, topic, _records(10**9 + backlog, 200))  # input waiting for it
     launched = time.monotonic()
     worker = start_worker(
@@ -113,19 +137,32 @@ def _restart(run, settings, state_dir, topic, bootstrap, enabled: bool, name: st
     wait_for(worker.ready, 120, "ready", alive=[worker])
     _, peak = rss_bytes(worker.pid or 0)
     stop_worker(worker, timeout=120)
-    return first_record, after_join, peak
+    return Timing(first_record, after_join, peak)
 
 
-def _dir_bytes(path) -> int:
+def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def run(ctx: RunContext, params: Params) -> Result:
+@dataclass(frozen=True)
+class Measured:
+    """What the restarts observed."""
+
+    params: Params
+    records: int  # keys in the big state
+    disk_bytes: int  # the big state's directory
+    timings: dict[bool, list[Timing]]  # initial standbys on/off -> restarts over the big state
+    peaks: dict[bool, int]  # on/off -> peak RSS (bytes) restarting over many task directories
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    """Restarts over the big state, alternating on and off; then one of each over many
+    small task directories."""
     broker = start_broker(ctx)
     records = params.state_bytes // VALUE
     settings, state_dir, topic = _build_state(ctx, broker.bootstrap, 4, records, "big")
     size = _dir_bytes(state_dir)
-    timings: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    timings: dict[bool, list[Timing]] = {True: [], False: []}
     for i in range(params.runs):
         for enabled in (True, False):
             timings[enabled].append(
@@ -154,15 +191,21 @@ def run(ctx: RunContext, params: Params) -> Result:
             enabled,
             f"many-{'on' if enabled else 'off'}",
             1000 + int(enabled),
-        )[2]
+        ).peak
         for enabled in (True, False)
     }
+    return Measured(params, records, size, timings, peaks)
 
-    def mean(enabled: bool, index: int) -> float:
-        return statistics.mean(t[index] for t in timings[enabled])
 
-    on_join, off_join = mean(True, 1), mean(False, 1)
-    on_first, off_first = mean(True, 0), mean(False, 0)
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """On against off: join and launch to first record, peak RSS; the runs; the plot."""
+    params, records, size = measured.params, measured.records, measured.disk_bytes
+    timings, peaks = measured.timings, measured.peaks
+
+    on_join, off_join = (statistics.mean(t.after_join for t in timings[e]) for e in (True, False))
+    on_first, off_first = (
+        statistics.mean(t.first_record for t in timings[e]) for e in (True, False)
+    )
     rows = [
         Row(
             "join to first processed record",
@@ -204,7 +247,10 @@ def run(ctx: RunContext, params: Params) -> Result:
         "Per run (launch to first record s, join to first record s, peak RSS MiB): "
         + "; ".join(
             f"{'on' if e else 'off'}: "
-            + ", ".join(f"({a:.2f}, {b:.3f}, {c / 2**20:.0f})" for a, b, c in timings[e])
+            + ", ".join(
+                f"({t.first_record:.2f}, {t.after_join:.3f}, {t.peak / 2**20:.0f})"
+                for t in timings[e]
+            )
             for e in (True, False)
         ),
         f"{params.many_tasks} task directories from {params.many_records:,} records of"
@@ -213,7 +259,7 @@ def run(ctx: RunContext, params: Params) -> Result:
         " and the write buffers come on top (see the memory benchmark).",
     ]
     plot = plots.comparison(
-        ctx.plot_path(NAME),
+        plot_path(NAME),
         TITLE,
         [(r.metric, r.measured, r.baseline) for r in rows[:3]],
         ("on", "off"),

@@ -53,7 +53,7 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.results import Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target
 from worker.config import Settings
 
 NAME = "memory"
@@ -126,7 +126,9 @@ def configured_bound(params: Params, extra: Sequence[tuple[str, object]]) -> int
 
 
 @dataclass(frozen=True)
-class Measured:
+class WorkerRun:
+    """One worker's memory from launch to its backlog committed; bytes unless noted."""
+
     bound: int  # the configured bound (bytes)
     idle: float  # RSS once ready, the filled stores open (bytes)
     peak: float  # VmHWM at the end (bytes)
@@ -140,10 +142,29 @@ class Measured:
     marks: dict[str, float]
 
 
-def run(ctx: RunContext, params: Params) -> Result:
-    result = Result(NAME, TITLE)
+@dataclass(frozen=True)
+class Measured:
+    """What the memory runs observed."""
+
+    params: Params
+    main: WorkerRun  # with the settings of ``params``
+    previous: WorkerRun | None  # with PREVIOUS_BUFFERS, when ``params.previous_variant``
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    """The worker with ``params``' settings; then, if asked, with the earlier buffer sizes."""
     records = _records(params)
-    main = _measure(ctx, params, records, "worker", params.extra_settings)
+    main = _run_worker(ctx, params, records, "worker", params.extra_settings)
+    previous = None
+    if params.previous_variant:
+        previous = _run_worker(ctx, params, records, "worker-previous", PREVIOUS_BUFFERS)
+    return Measured(params, main, previous)
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """Peak RSS and growth against the configured bound, where the growth went, the plot."""
+    params, main = measured.params, measured.main
+    result = Result(NAME, TITLE)
     rocksdb = float(params.memory_bytes)
     result.rows += [
         Row(
@@ -185,20 +206,19 @@ def run(ctx: RunContext, params: Params) -> Result:
         _line("Defaults", main, params.partitions),
         _breakdown(main, params.memory_bytes),
     ]
-    if params.previous_variant:
-        previous = _measure(ctx, params, records, "worker-previous", PREVIOUS_BUFFERS)
+    if measured.previous is not None:
         result.details.append(
             _line(
                 "Second run with the buffer sizes before they joined the bound ("
                 + ", ".join(f"`{k}={v}`" for k, v in PREVIOUS_BUFFERS)
                 + ")",
-                previous,
+                measured.previous,
                 params.partitions,
             )
         )
     result.plots.append(
         plots.memory_budget(
-            ctx.plot_path(NAME),
+            plot_path(NAME),
             main.samples,
             main.bound,
             params.memory_bytes,
@@ -209,7 +229,7 @@ def run(ctx: RunContext, params: Params) -> Result:
     return result
 
 
-def _line(label: str, m: Measured, stores: int) -> str:
+def _line(label: str, m: WorkerRun, stores: int) -> str:
     growth = m.peak - m.idle
     return (
         f"{label}: configured bound {m.bound / MiB:,.0f} MiB; RSS idle ({stores} filled stores "
@@ -220,7 +240,7 @@ def _line(label: str, m: Measured, stores: int) -> str:
     ).replace("{n}", "64")
 
 
-def _breakdown(m: Measured, rocksdb_bytes: int) -> str:
+def _breakdown(m: WorkerRun, rocksdb_bytes: int) -> str:
     """Where the growth over idle went, from the worker's own gauges (sampled every 0.2 s,
     so the largest values seen, not necessarily at the moment of the RSS peak)."""
     growth = m.peak - m.idle
@@ -299,13 +319,13 @@ def _prefill(bootstrap: str, state_root: Path, application_id: str, params: Para
     return time.monotonic() - started
 
 
-def _measure(
+def _run_worker(
     ctx: RunContext,
     params: Params,
     records: list[Record],
     name: str,
     extra: tuple[tuple[str, object], ...],
-) -> Measured:
+) -> WorkerRun:
     """One worker on a broker of its own, from launch to its backlog committed."""
     bound = configured_bound(params, extra)
     broker = start_broker(ctx, f"broker-{name}")
@@ -354,7 +374,7 @@ def _measure(
         peak = float(rss_bytes(pid)[1])
     stop_worker(worker)
     broker.stop(timeout=3.0)  # idempotent: the context's clean-up may call it again
-    return Measured(
+    return WorkerRun(
         bound=bound,
         idle=idle,
         peak=peak,

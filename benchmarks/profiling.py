@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from benchmarks.harness import REPO, RunContext
-from tests.support.processes import WorkerProcess
+from worker.dev.processes import WorkerProcess
 
 # A frame as py-spy writes it: "function (path/to/file.py:line)"; line may be missing.
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::(?P<line>\d+))?\)$")
@@ -222,7 +222,7 @@ class Category:
     """A kind of work, recognised by the stack of a sample.
 
     A sample belongs to the first category that claims it: ``under`` names a function
-    anywhere below ``within`` (``"TaskManager.commit"``), ``leaf_functions`` the innermost
+    anywhere below ``within`` (``"TaskCommitter.commit"``), ``leaf_functions`` the innermost
     frame's function, ``leaf_files`` a path suffix of the innermost frame's file, and
     ``leaf_code`` words in the innermost line's source text (the line that was running,
     C calls it makes included).

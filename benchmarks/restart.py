@@ -62,8 +62,8 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.results import Result, Row, Target
-from tests.support.processes import WorkerProcess
+from benchmarks.results import PlotPath, Result, Row, Target
+from worker.dev.processes import WorkerProcess
 
 NAME = "restart"
 TITLE = "Restart over local state"
@@ -150,7 +150,17 @@ class _Committed:
         self._consumer.close()
 
 
-def run(ctx: RunContext, params: Params) -> Result:
+@dataclass(frozen=True)
+class Measured:
+    """Every step, smallest state first."""
+
+    params: Params
+    steps: list[Step]
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    """One application on one broker: grow its state step by step, timing the three
+    launches at each size."""
     broker = start_broker(ctx)
     bootstrap = broker.bootstrap
     create_topics(bootstrap, {MEMORY_TOPIC: PARTITIONS})
@@ -167,13 +177,13 @@ def run(ctx: RunContext, params: Params) -> Result:
     feed = _Input(bootstrap)
     committed = _Committed(bootstrap, application_id)
     try:
-        steps = _measure(ctx, params, settings, feed, committed)
+        steps = _steps(ctx, params, settings, feed, committed)
     finally:
         committed.close()
-    return _result(ctx, params, steps)
+    return Measured(params, steps)
 
 
-def _measure(
+def _steps(
     ctx: RunContext,
     params: Params,
     settings: dict[str, object],
@@ -331,7 +341,10 @@ def _summary(launches: dict[str, Launch]) -> str:
     )
 
 
-def _result(ctx: RunContext, params: Params, steps: Sequence[Step]) -> Result:
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """Launch to first record after a clean stop and a kill -9 against a cold restore, at
+    the largest size; every launch's phases; the reading; the plot."""
+    params, steps = measured.params, measured.steps
     largest = steps[-1]
     size = f"{largest.disk_bytes / MiB:,.0f} MiB of local state"
     cold = largest.launches["cold restore"]
@@ -376,7 +389,7 @@ def _result(ctx: RunContext, params: Params, steps: Sequence[Step]) -> Result:
         + ".",
     ]
     plot = plots.restart(
-        ctx.plot_path(NAME),
+        plot_path(NAME),
         [s.disk_bytes / MiB for s in steps],
         {case: [s.launches[case].first_record for s in steps] for case in CASES},
         {case: [s.launches[case].all_tasks for s in steps] for case in CASES},

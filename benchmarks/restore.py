@@ -27,6 +27,7 @@ from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
     Sampler,
+    client_settings,
     log_time,
     new_application_id,
     produce,
@@ -36,15 +37,15 @@ from benchmarks.harness import (
     worker_settings,
 )
 from benchmarks.measure import steady_rate
-from benchmarks.results import Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
-    create_example_topics,
     create_totals_changelog,
     totals_records,
 )
-from tests.support.processes import WorkerProcess
+from worker.dev import sample_data
+from worker.dev.processes import WorkerProcess
 
 NAME = "restore"
 TITLE = "Restore"
@@ -87,14 +88,37 @@ def _whole_rate(samples: list[tuple[float, float]]) -> float:
     return samples[-1][1] / (samples[-1][0] - samples[0][0])
 
 
-def run(ctx: RunContext, params: Params) -> Result:
+@dataclass(frozen=True)
+class Profile:
+    """A profiled restore (a run of its own) and where its time went."""
+
+    rate: float  # records/s of the profiled restore
+    summary: profiling.Summary
+    shares: dict[str, float]  # category label -> share of the busy samples
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the raw reads and the worker restores observed."""
+
+    params: Params
+    seeded: int  # changelog records every side read
+    ceilings: list[list[tuple[float, float]]]  # per raw read: (time, records read)
+    restores: list[Restored]
+    profile: Profile | None  # with profiling on
+
+    @property
+    def ceiling_rates(self) -> list[float]:
+        return [_whole_rate(s) for s in self.ceilings]
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
     """Raw reads and worker restores alternate on one broker, so outside load that comes
-    and goes hits both; the best run of each is compared (the least disturbed one)."""
-    result = Result(NAME, TITLE)
+    and goes hits both; the report compares the best run of each (the least disturbed one)."""
     broker = start_broker(ctx)
     bootstrap = broker.bootstrap
     app_id = new_application_id("bench-restore")
-    create_example_topics(bootstrap)  # the profiles table stays empty
+    sample_data.create_example_topics(client_settings(bootstrap), EXAMPLE_PARTITIONS)  # no profiles
     changelog = create_totals_changelog(bootstrap, app_id)
     seeded = produce(
         bootstrap, changelog, totals_records(accounts(params.accounts), params.versions)
@@ -110,7 +134,26 @@ def run(ctx: RunContext, params: Params) -> Result:
     for samples in ceilings:
         if samples[-1][1] != seeded:
             raise BenchmarkFailed(f"the raw consumer read {samples[-1][1]} of {seeded} records")
-    rates = [_whole_rate(s) for s in ceilings]
+    profile = None
+    if ctx.profile:
+        sources = profiling.snapshot_sources()
+        profiled = _restore_once(ctx, "profiled-worker", settings, seeded, profile=True)
+        raw = ctx.path("profiles", "restore.txt")
+        profile = Profile(
+            profiled.rate,
+            profiling.summarise(raw, "ChangelogReader.step", sources),
+            dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP)),
+        )
+    return Measured(params, seeded, ceilings, restores, profile)
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """The row against the best raw read, the runs, the plot; with a profile, its table
+    and, if the target is missed, why."""
+    params, seeded, ceilings = measured.params, measured.seeded, measured.ceilings
+    restores = measured.restores
+    result = Result(NAME, TITLE)
+    rates = measured.ceiling_rates
     best = max(range(len(rates)), key=rates.__getitem__)
     restored = max(restores, key=lambda r: r.rate)
 
@@ -148,7 +191,7 @@ def run(ctx: RunContext, params: Params) -> Result:
     ]
     result.plots.append(
         plots.progress(
-            ctx.plot_path(NAME),
+            plot_path(NAME),
             "Restore: changelog records read over time (best run of each)",
             {
                 f"worker restore ({restored.rate:,.0f}/s)": restored.samples,
@@ -157,20 +200,16 @@ def run(ctx: RunContext, params: Params) -> Result:
             total=seeded,
         )
     )
-    if ctx.profile:
-        sources = profiling.snapshot_sources()
-        profiled = _restore_once(ctx, "profiled-worker", settings, seeded, profile=True)
-        raw = ctx.path("profiles", "restore.txt")
-        summary = profiling.summarise(raw, "ChangelogReader.step", sources)
+    profile = measured.profile
+    if profile is not None:
         title = (
             f"Profile of the restore (a second run with py-spy attached, "
-            f"{profiled.rate:,.0f} records/s)"
+            f"{profile.rate:,.0f} records/s)"
         )
-        result.details.append(profiling.markdown(summary, title))
-        result.plots.append(plots.profile(ctx.plot_path(f"{NAME}-profile"), {title: summary}))
+        result.details.append(profiling.markdown(profile.summary, title))
+        result.plots.append(plots.profile(plot_path(f"{NAME}-profile"), {title: profile.summary}))
         if result.rows[0].met is False:
-            shares = profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP)
-            result.details.append(_gap(restored.rate, rates[best], dict(shares)))
+            result.details.append(_gap(restored.rate, rates[best], profile.shares))
     return result
 
 
@@ -182,9 +221,7 @@ BATCHES = "building the batches (`topic()`, `partition()`, `key()`, `value()`, `
 FINISH = "finishing (flushing memtables in the background, starting the restored tasks)"
 LOOP = "everything else (the loop: group poll, metrics; opening the stores)"
 CATEGORIES = [
-    profiling.Category(
-        FINISH, under=("ChangelogReader._finish_completed", "TaskManager._start_inputs")
-    ),
+    profiling.Category(FINISH, under=("ChangelogReader._finish_completed", "Tasks._start_inputs")),
     profiling.Category(FETCHING, leaf_functions=("RestoreConsumer.fetch",)),
     profiling.Category(WRITES, leaf_functions=("Store.write_restored", "Store._put_offsets")),
     profiling.Category(BATCHES, under=("ChangelogReader._apply",)),

@@ -1,10 +1,21 @@
-"""What a benchmark hands to the report: rows of (measured, baseline, ratio), details, plots."""
+"""What a benchmark's report is made of: rows of (measured, baseline, ratio), details, plots.
+
+Each benchmark module measures and reports in two steps: ``measure(ctx, params)`` runs
+the workload and returns a plain dataclass of what it observed (numbers, samples, no
+prose), and ``report(measured, plot_path)`` turns that into a :class:`Result`: the
+summary rows, the markdown details and the plots of ``docs/benchmarks.md``. So the
+wording of the report can change, or be tested, without running anything.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Where the report's PNG called ``name`` goes (``RunContext.plot_path`` in a run).
+PlotPath = Callable[[str], Path]
 
 
 @dataclass(frozen=True, slots=True)

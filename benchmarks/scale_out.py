@@ -45,7 +45,7 @@ from benchmarks.harness import (
     worker_settings,
 )
 from benchmarks.measure import gap_intervals, max_gap
-from benchmarks.results import Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
@@ -53,7 +53,7 @@ from benchmarks.workload import (
     payment_records,
     totals_changelog,
 )
-from tests.support.processes import WorkerProcess
+from worker.dev.processes import WorkerProcess
 from worker.examples import payments as app
 
 NAME = "scale_out"
@@ -107,8 +107,23 @@ class ModeOutcome:
     warmup_seconds: float | None  # newcomer's first assignment to its warmup probe request
 
 
-def run(ctx: RunContext, params: Params) -> Result:
-    result = Result(NAME, TITLE)
+@dataclass(frozen=True)
+class Measured:
+    """Every run of both modes, in the order they were labelled."""
+
+    params: Params
+    outcomes: dict[str, ModeOutcome]  # run label -> what it observed
+    modes: dict[str, str]  # run label -> its mode (a key of MODES)
+
+    def by_mode(self) -> dict[str, list[ModeOutcome]]:
+        return {
+            mode: [self.outcomes[label] for label, m in self.modes.items() if m == mode]
+            for mode in MODES
+        }
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    """Run each mode ``repeats`` times, alternating (side by side in quick mode)."""
     labels = [
         (f"{mode} #{i + 1}" if params.repeats > 1 else mode, mode)
         for i in range(params.repeats)
@@ -120,7 +135,14 @@ def run(ctx: RunContext, params: Params) -> Result:
         )
     else:
         outcomes = {label: _run_mode(ctx, params, label, MODES[mode]) for label, mode in labels}
-    by_mode = {mode: [outcomes[lb] for lb, m in labels if m == mode] for mode in MODES}
+    return Measured(params, outcomes, dict(labels))
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """The row (mean worst stall, warmups on against off), the runs' table and the plot."""
+    params, outcomes = measured.params, measured.outcomes
+    result = Result(NAME, TITLE)
+    by_mode = measured.by_mode()
     worst = {mode: [max(o.gaps.values()) for o in runs] for mode, runs in by_mode.items()}
     result.rows.append(
         Row(
@@ -153,7 +175,7 @@ def run(ctx: RunContext, params: Params) -> Result:
     ]
     result.plots.append(
         plots.scale_out(
-            ctx.plot_path(NAME),
+            plot_path(NAME),
             {mode: [o.gaps for o in runs] for mode, runs in by_mode.items()},
             {mode: runs[0].timeline for mode, runs in by_mode.items()},
         )

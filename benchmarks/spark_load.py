@@ -15,10 +15,11 @@ Rows:
   already) is reported apart;
 - *write phase*: step 5 alone (the writers' produce and flush inside Spark).
 
-``measure(quick)`` returns a plain dict; ``run(ctx, quick)`` is the suite's entry point. It starts its own broker, and runs the
-Spark job in a child process (``python -m benchmarks.spark_load --job ...``) so that
-Spark's JVM ends with it instead of lingering in the benchmark process; both are
-stopped, by PID, whatever happens.
+``measure(ctx, quick)`` returns the raw figures and ``report`` turns them into the rows;
+``python -m benchmarks.spark_load [--quick]`` prints the figures as JSON. It starts its
+own broker, and runs the Spark job in a child process
+(``python -m benchmarks.spark_load --job ...``) so that Spark's JVM ends with it instead
+of lingering in the benchmark process; both are stopped, by PID, whatever happens.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
 
+from benchmarks.results import PlotPath, Result, Row
 from worker.config import Settings, load
 from worker.dev import history
 from worker.dev.broker import EmbeddedBroker
-from worker.dev.demo import create_example_topics
+from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
 from worker.kafka.clients import Admin, TopicSpec
 from worker.kafka.loader import read_topic
@@ -125,30 +128,37 @@ FULL = False  # the suite's parameters: quick or not
 QUICK = True
 
 
-def run(ctx: Any, quick: bool) -> Any:
-    """The suite's entry point (benchmarks/__main__.py): :func:`measure` as a ``Result``."""
-    from benchmarks import plots
-    from benchmarks.results import Result, Row
+@dataclass(frozen=True)
+class Measured:
+    """Every raw figure of one load and its baseline; seconds unless noted."""
 
-    measured = measure(quick)
-    rows = [Row(**row) for row in measured["rows"]]
-    plot = plots.comparison(
-        ctx.plot_path(NAME),
-        TITLE,
-        [(r.metric, r.measured, r.baseline) for r in rows],
-        ("Spark job", "plain producer"),
-    )
-    return Result(
-        measured["name"], measured["title"], rows=rows, details=measured["details"], plots=[plot]
-    )
+    rows: int  # profile rows loaded (one per account)
+    history_rows: int  # the input files' rows
+    spark_session_seconds: float  # Spark's start-up, not counted in the job
+    job_seconds: float
+    job_check_seconds: float  # reading and checks
+    job_write_seconds: float  # step 5: the writers' produce and flush
+    baseline_seconds: float  # the plain producer's produce and flush of the same rows
+    total_seconds: float
+
+    @property
+    def job_rows_per_second(self) -> float:
+        return self.rows / self.job_seconds
+
+    @property
+    def write_phase_rows_per_second(self) -> float:
+        return self.rows / self.job_write_seconds
+
+    @property
+    def baseline_rows_per_second(self) -> float:
+        return self.rows / self.baseline_seconds
 
 
-def measure(quick: bool) -> dict[str, Any]:
-    """Measure; return ``{"name", "title", "rows": [...], "details": [...], "numbers": {...}}``.
+def measure(_ctx: object, quick: bool) -> Measured:
+    """Load the table with the Spark job, then the same rows with a plain producer; both
+    tables are read back. Raises if a load fails or the two tables differ.
 
-    Each entry of ``rows`` has the fields of ``benchmarks.results.Row`` (metric,
-    measured, measured_label, baseline, baseline_label, unit); ``numbers`` holds every raw
-    figure. Raises if a load fails or the two tables differ.
+    The suite's context is not used: this benchmark starts and stops its own broker.
     """
     accounts, per_account = SIZES[quick]
     started = time.monotonic()
@@ -172,57 +182,61 @@ def measure(quick: bool) -> dict[str, Any]:
         if dict(read_topic(settings, BASELINE_TOPIC, timeout=120)) != dict(records):
             raise RuntimeError("the plain producer's table differs from the Spark job's")
 
-    rows = int(job["rows"])
-    session_seconds, job_seconds = job["session_seconds"], job["job_seconds"]
-    numbers = {
-        "rows": rows,
-        "history_rows": written.rows,
-        "spark_session_seconds": session_seconds,
-        "job_seconds": job_seconds,
-        "job_check_seconds": job["check_seconds"],
-        "job_write_seconds": job["write_seconds"],
-        "job_rows_per_second": rows / job_seconds,
-        "write_phase_rows_per_second": rows / job["write_seconds"],
-        "baseline_seconds": baseline_seconds,
-        "baseline_rows_per_second": rows / baseline_seconds,
-        "total_seconds": time.monotonic() - started,
-    }
+    return Measured(
+        rows=int(job["rows"]),
+        history_rows=written.rows,
+        spark_session_seconds=job["session_seconds"],
+        job_seconds=job["job_seconds"],
+        job_check_seconds=job["check_seconds"],
+        job_write_seconds=job["write_seconds"],
+        baseline_seconds=baseline_seconds,
+        total_seconds=time.monotonic() - started,
+    )
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """The whole job and its write phase against the plain producer; the plot."""
+    from benchmarks import plots  # matplotlib: not in the Spark job's child process
+
+    m = measured
     baseline_label = "plain confluent-kafka producer, same rows (pre-serialised)"
-    return {
-        "name": "spark_load",
-        "title": TITLE,
-        "rows": [
-            {
-                "metric": "rows/s, whole job (files -> aggregate -> checks -> write)",
-                "measured": numbers["job_rows_per_second"],
-                "measured_label": "worker spark load account-profiles, local[2]",
-                "baseline": numbers["baseline_rows_per_second"],
-                "baseline_label": baseline_label,
-                "unit": "rows/s",
-            },
-            {
-                "metric": "rows/s, write phase only",
-                "measured": numbers["write_phase_rows_per_second"],
-                "measured_label": "one idempotent producer per Spark partition",
-                "baseline": numbers["baseline_rows_per_second"],
-                "baseline_label": baseline_label,
-                "unit": "rows/s",
-            },
-        ],
-        "details": [
-            f"{rows:,} profile rows from {written.rows:,} history rows (CSV, 4 files),"
-            f" {PARTITIONS} partitions, broker: embedded Tansu, one machine (2 cores).",
-            f"Spark session start-up {session_seconds:.1f}s, not counted in the job's rate;"
-            f" job {job_seconds:.1f}s: reading and checks {job['check_seconds']:.1f}s, writing"
-            f" {job['write_seconds']:.1f}s; plain producer {baseline_seconds:.1f}s.",
-            "Both topics were read back and hold the same table.",
-        ],
-        "numbers": numbers,
-    }
+    rows = [
+        Row(
+            metric="rows/s, whole job (files -> aggregate -> checks -> write)",
+            measured=m.job_rows_per_second,
+            measured_label="worker spark load account-profiles, local[2]",
+            baseline=m.baseline_rows_per_second,
+            baseline_label=baseline_label,
+            unit="rows/s",
+        ),
+        Row(
+            metric="rows/s, write phase only",
+            measured=m.write_phase_rows_per_second,
+            measured_label="one idempotent producer per Spark partition",
+            baseline=m.baseline_rows_per_second,
+            baseline_label=baseline_label,
+            unit="rows/s",
+        ),
+    ]
+    details = [
+        f"{m.rows:,} profile rows from {m.history_rows:,} history rows (CSV, 4 files),"
+        f" {PARTITIONS} partitions, broker: embedded Tansu, one machine (2 cores).",
+        f"Spark session start-up {m.spark_session_seconds:.1f}s, not counted in the job's rate;"
+        f" job {m.job_seconds:.1f}s: reading and checks {m.job_check_seconds:.1f}s, writing"
+        f" {m.job_write_seconds:.1f}s; plain producer {m.baseline_seconds:.1f}s.",
+        "Both topics were read back and hold the same table.",
+    ]
+    plot = plots.comparison(
+        plot_path(NAME),
+        TITLE,
+        [(r.metric, r.measured, r.baseline) for r in rows],
+        ("Spark job", "plain producer"),
+    )
+    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot])
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--job"]:
         print(json.dumps(_job(sys.argv[2], sys.argv[3])))
     else:
-        print(json.dumps(measure("--quick" in sys.argv[1:]), indent=2))
+        print(json.dumps(asdict(measure(None, "--quick" in sys.argv[1:])), indent=2))

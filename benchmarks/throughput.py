@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from benchmarks import plots, profiling
 from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import (
     RunContext,
     Sampler,
+    client_settings,
     create_topics,
     metric_or_zero,
     new_application_id,
@@ -36,14 +36,14 @@ from benchmarks.harness import (
     worker_settings,
 )
 from benchmarks.measure import steady_rate
-from benchmarks.results import Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
-    create_example_topics,
     payment_records,
     profile_records,
 )
+from worker.dev import sample_data
 from worker.examples import payments as app
 
 NAME = "throughput"
@@ -62,14 +62,42 @@ FULL = Params(payments=600_000, accounts=10_000, runs=3)
 QUICK = Params(payments=30_000, accounts=1_000, runs=1)
 
 
-def run(ctx: RunContext, params: Params) -> Result:
+Samples = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the throughput runs observed; rates in records/s."""
+
+    params: Params
+    ceilings: list[Samples]  # per ceiling run: (time, records done)
+    workers: list[tuple[Samples, float]]  # per worker run: samples, launch to last record (s)
+    profile: Profile | None  # the profiled run's, when profiling was on
+
+    @property
+    def ceiling_rates(self) -> list[float]:
+        return [_rate(s, self.params.payments) for s in self.ceilings]
+
+    @property
+    def worker_rates(self) -> list[float]:
+        return [_rate(s, self.params.payments) for s, _ in self.workers]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where a profiled worker run's processing thread spent its time."""
+
+    summary: profiling.Summary
+    shares: dict[str, float]  # category label -> share of the busy samples
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
     """Ceiling and worker runs alternate on one broker, so outside load that comes and
-    goes hits both; the best run of each is compared (the least disturbed one)."""
-    result = Result(NAME, TITLE)
+    goes hits both; the report compares the best run of each (the least disturbed one)."""
     broker = start_broker(ctx)
     bootstrap = broker.bootstrap
     accts = accounts(params.accounts)
-    create_example_topics(bootstrap)
+    sample_data.create_example_topics(client_settings(bootstrap), EXAMPLE_PARTITIONS)
     produce(bootstrap, app.PROFILES, profile_records(accts))
     produce(bootstrap, app.PAYMENTS, payment_records(accts, params.payments))
     create_topics(bootstrap, {"ceiling-out": EXAMPLE_PARTITIONS})
@@ -78,14 +106,23 @@ def run(ctx: RunContext, params: Params) -> Result:
         "num.standby.replicas": 0,
     }
 
-    ceilings: list[list[tuple[float, float]]] = []
-    workers: list[tuple[list[tuple[float, float]], float]] = []
+    ceilings: list[Samples] = []
+    workers: list[tuple[Samples, float]] = []
     for i in range(params.runs):
         ceilings.append(consume_and_produce(bootstrap, app.PAYMENTS, "ceiling-out"))
         workers.append(_worker_run(ctx, bootstrap, f"worker-{i + 1}", settings, params.payments))
     ceilings.append(consume_and_produce(bootstrap, app.PAYMENTS, "ceiling-out"))
-    ceiling_rates = [_rate(s, params.payments) for s in ceilings]
-    worker_rates = [_rate(s, params.payments) for s, _ in workers]
+    profile = _profile(ctx, bootstrap, settings, params) if ctx.profile else None
+    return Measured(params, ceilings, workers, profile)
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    """The row against the ceiling, the runs, the plot; with a profile, its table and, if
+    the target is missed, why."""
+    params = measured.params
+    result = Result(NAME, TITLE)
+    ceilings, workers = measured.ceilings, measured.workers
+    ceiling_rates, worker_rates = measured.ceiling_rates, measured.worker_rates
     best_ceiling = max(range(len(ceilings)), key=ceiling_rates.__getitem__)
     best_worker = max(range(len(workers)), key=worker_rates.__getitem__)
     rate, ceiling = worker_rates[best_worker], ceiling_rates[best_ceiling]
@@ -117,7 +154,7 @@ def run(ctx: RunContext, params: Params) -> Result:
     ]
     result.plots.append(
         plots.progress(
-            ctx.plot_path(NAME),
+            plot_path(NAME),
             "Processing: records done over time (best run of each)",
             {
                 f"example app, 1 worker ({rate:,.0f}/s)": workers[best_worker][0],
@@ -126,12 +163,14 @@ def run(ctx: RunContext, params: Params) -> Result:
             total=params.payments,
         )
     )
-    if ctx.profile:
-        table, plot, shares = _profile(ctx, bootstrap, settings, params)
-        result.details.append(table)
-        result.plots.append(plot)
+    if measured.profile is not None:
+        title = "Profile of the processing run (a second run, py-spy attached)"
+        result.details.append(profiling.markdown(measured.profile.summary, title))
+        result.plots.append(
+            plots.profile(plot_path(f"{NAME}-profile"), {title: measured.profile.summary})
+        )
         if result.rows[0].met is False:
-            result.details.append(_gap(rate, ceiling, shares))
+            result.details.append(_gap(rate, ceiling, measured.profile.shares))
     return result
 
 
@@ -197,7 +236,7 @@ READS = "RocksDB point reads (read-cache misses)"
 FRAMEWORK = "per-record framework code (routing, graph, context, store buffer, read cache)"
 LOOP = "the loop's own work (group and producer polls, metrics)"
 CATEGORIES = [
-    profiling.Category(COMMIT, under=("TaskManager.commit",)),
+    profiling.Category(COMMIT, under=("TaskCommitter.commit",)),
     profiling.Category(FETCHING, leaf_functions=("DataConsumer.consume",)),
     profiling.Category(
         SERDES,
@@ -206,22 +245,20 @@ CATEGORIES = [
     ),
     profiling.Category(READS, leaf_functions=("Store._read_committed",)),
     profiling.Category(APP, leaf_files=("worker/examples/payments.py",)),
-    profiling.Category(FRAMEWORK, under=("TaskManager.process",)),
+    profiling.Category(FRAMEWORK, under=("RecordRouter.process",)),
 ]
 
 
 def _profile(
     ctx: RunContext, bootstrap: str, settings: dict[str, object], params: Params
-) -> tuple[str, Path, dict[str, float]]:
+) -> Profile:
     """A second, profiled worker run over the same input (its own group); not measured."""
     sources = profiling.snapshot_sources()
     _worker_run(ctx, bootstrap, "profiled-worker", settings, params.payments, "throughput")
     raw = ctx.path("profiles", "throughput.txt")
     summary = profiling.summarise(raw, "ProcessingLoop.run", sources)
-    title = "Profile of the processing run (a second run, py-spy attached)"
-    plot = plots.profile(ctx.plot_path(f"{NAME}-profile"), {title: summary})
     shares = dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP))
-    return profiling.markdown(summary, title), plot, shares
+    return Profile(summary, shares)
 
 
 def _gap(rate: float, ceiling: float, shares: dict[str, float]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from benchmarks.harness import Record, create_topics, produce
+from benchmarks.harness import Record, client_settings, create_topics, produce
 from worker.dev import sample_data
 from worker.examples import payments as app
 from worker.serde import JSON, STR
@@ -22,14 +22,6 @@ EXAMPLE_PARTITIONS = 4
 def totals_changelog(application_id: str) -> str:
     """The changelog topic of the example app's ``account-totals`` store."""
     return f"{application_id}-{app.TOTALS}-changelog"
-
-
-def create_example_topics(bootstrap: str, partitions: int = EXAMPLE_PARTITIONS) -> None:
-    create_topics(
-        bootstrap,
-        {app.PAYMENTS: partitions, app.PROFILES: partitions, app.ALERTS: partitions},
-        {app.PROFILES: {"cleanup.policy": "compact"}},
-    )
 
 
 def accounts(count: int) -> list[sample_data.Account]:
@@ -73,7 +65,7 @@ def load_example_state(
     and the totals store from these topics. Returns, per partition, the offset of the
     totals changelog after the seeded records (where the worker's own writes start).
     """
-    create_example_topics(bootstrap)
+    sample_data.create_example_topics(client_settings(bootstrap), EXAMPLE_PARTITIONS)
     changelog = create_totals_changelog(bootstrap, application_id)
     produce(bootstrap, app.PROFILES, profile_records(accts))
     seeded: dict[int, int] = {}

@@ -1,4 +1,4 @@
-"""The counting topology of ``tests.apps.counting`` with a processor that raises on demand.
+"""The counting topology of ``worker.examples.counting`` with a processor that raises on demand.
 
 An input value ``{"id": n, "poison": true}`` makes the processor raise after it wrote the
 store and forwarded its output, so a failed attempt leaves partial work behind: the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.apps.counting import COUNTS, INPUTS, OUTPUTS
+from worker.examples.counting import COUNTS, INPUTS, OUTPUTS
 from worker.processing import ProcessorContext, Topology
 from worker.serde import JSON, STR
 

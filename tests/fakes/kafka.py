@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.assignment.task_id import TP
 from worker.kafka.clients import FetchedBatch
 
-TP = tuple[str, int]
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from tests.support.kafka_io import produce_raw, read_messages
 from tests.support.waiting import wait_until
+from worker.examples import counting
 
 pytestmark = pytest.mark.faults
 

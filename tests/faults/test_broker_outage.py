@@ -3,7 +3,7 @@
 The broker advertises the proxy's address, so every client the worker has (group member,
 consumers, producer, admin) reaches it only through the proxy; cutting the proxy resets
 every connection and refuses new ones, while the broker keeps its data. The topology is
-``tests.apps.counting`` (one output per input), so completeness, and exactly-once under
+``worker.examples.counting`` (one output per input), so completeness, and exactly-once under
 ``exactly_once_v2``, are checkable record by record.
 """
 
@@ -18,12 +18,12 @@ import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from tests.support.proxy import TcpProxy
 from tests.support.transaction_log import read_committed_topic
 from tests.support.waiting import wait_until
 from worker.config import load
 from worker.dev.broker import EmbeddedBroker, free_port
+from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
@@ -32,8 +32,7 @@ pytestmark = pytest.mark.faults
 PARTITIONS = 4
 KEYS = [f"k{i:02d}" for i in range(20)]
 OUTAGE_S = 30.0
-APP = "tests.apps.counting:build"
-REPO = str(Path(__file__).resolve().parents[2])  # the worker processes import tests.apps
+APP = "worker.examples.counting:build"
 
 
 class Proxied:
@@ -81,7 +80,7 @@ def start_worker(worker_factory, proxied: Proxied, guarantee: str):  # type: ign
         "commit.interval.ms": 500,
         "num.standby.replicas": 0,
     }
-    worker = worker_factory("w", settings=settings, args=["--app", APP], env={"PYTHONPATH": REPO})
+    worker = worker_factory("w", settings=settings, args=["--app", APP])
     worker.wait_ready(90)
     return worker
 

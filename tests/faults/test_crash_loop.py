@@ -11,18 +11,17 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from pathlib import Path
 
 import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from tests.support.kafka_io import fold, records_since
-from tests.support.processes import WorkerProcess
 from tests.support.transaction_log import read_committed_partition, read_committed_topic
 from tests.support.waiting import wait_until
 from worker.config import load
+from worker.dev.processes import WorkerProcess
+from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import RocksDBEnv
@@ -36,8 +35,7 @@ KILLS = 10
 BATCH = 2000
 COMMIT_MS = 300
 SEED = 20261121
-APP = "tests.apps.counting:build"
-REPO = str(Path(__file__).resolve().parents[2])  # the worker processes import tests.apps
+APP = "worker.examples.counting:build"
 
 
 class Inputs:
@@ -89,10 +87,7 @@ def _crash_loop(own_broker, worker_factory, guarantee: str) -> tuple[Inputs, lis
         "restore.batch.records": BATCH,
         "num.standby.replicas": 1,
     }
-    workers = [
-        worker_factory(name, settings=settings, args=["--app", APP], env={"PYTHONPATH": REPO})
-        for name in ("a", "b")
-    ]
+    workers = [worker_factory(name, settings=settings, args=["--app", APP]) for name in ("a", "b")]
     for w in workers:
         w.wait_ready(90)
     changelog = f"{worker_factory.application_id}-{counting.COUNTS}-changelog"

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from worker.config import load
+from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
@@ -17,8 +15,7 @@ pytestmark = pytest.mark.faults
 PARTITIONS = 2
 RECORDS = 600_000
 BATCH = 2000
-APP = "tests.apps.counting:build"
-REPO = str(Path(__file__).resolve().parents[2])
+APP = "worker.examples.counting:build"
 
 
 def test_a_restore_killed_midway_resumes_from_its_last_written_batch(own_broker, worker_factory):
@@ -40,7 +37,6 @@ def test_a_restore_killed_midway_resumes_from_its_last_written_batch(own_broker,
         "w",
         settings={"bootstrap.servers": own_broker.bootstrap, "restore.batch.records": BATCH},
         args=["--app", APP],
-        env={"PYTHONPATH": REPO},
     )
     w.wait_for_metric("worker_restored_records_total", lambda n: n > RECORDS // 6, 120)
     first = w.metric("worker_restored_records_total")  # progress can only grow until the kill

@@ -23,11 +23,11 @@ import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from tests.support.kafka_io import fold, read_partition
-from tests.support.processes import WorkerProcess
 from tests.support.waiting import wait_until
 from worker.config import load
+from worker.dev.processes import WorkerProcess
+from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
@@ -38,8 +38,7 @@ pytestmark = [
 
 PARTITIONS = 2
 KEYS = [f"k{i:02d}" for i in range(10)]
-APP = "tests.apps.counting:build"
-REPO = str(Path(__file__).resolve().parents[2])
+APP = "worker.examples.counting:build"
 NO_FILE_POWERS = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
 
 
@@ -148,7 +147,6 @@ def test_a_full_disk_stops_the_worker_clearly_and_leaves_no_corrupt_store(
         "w",
         settings=scenario.settings(),
         args=["--app", APP],
-        env={"PYTHONPATH": REPO},
         state_dir=small_disk / "state",
         start=False,
     )
@@ -181,7 +179,6 @@ def test_a_read_only_state_dir_stops_the_worker_clearly_and_leaves_no_corrupt_st
         "w",
         settings=scenario.settings(),
         args=["--app", APP],
-        env={"PYTHONPATH": REPO},
         start=False,
     )
     worker = PowerlessWorker(

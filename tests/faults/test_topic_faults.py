@@ -7,20 +7,17 @@ periodic topic check the loss would go unnoticed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from worker.config import load
+from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
 pytestmark = pytest.mark.faults
 
-APP = "tests.apps.counting:build"
-REPO = str(Path(__file__).resolve().parents[2])
+APP = "worker.examples.counting:build"
 
 
 def test_a_changelog_deleted_under_a_running_worker_stops_it_naming_the_topic(
@@ -35,7 +32,6 @@ def test_a_changelog_deleted_under_a_running_worker_stops_it_naming_the_topic(
         "w",
         settings={"bootstrap.servers": own_broker.bootstrap, "num.standby.replicas": 0},
         args=["--app", APP],
-        env={"PYTHONPATH": REPO},
     )
     worker.wait_ready(90)
     produce_records(settings, counting.INPUTS, [("k", {"id": i}) for i in range(50)], STR, JSON)

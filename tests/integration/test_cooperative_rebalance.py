@@ -1,6 +1,6 @@
 """Cooperative rebalancing on the broker: tasks that stay with their owner never stop.
 
-Real worker processes run ``tests.apps.counting`` (one output per input; a key stays in
+Real worker processes run ``worker.examples.counting`` (one output per input; a key stays in
 its partition, so partition ``p`` of ``outputs`` is written by task ``0_p`` alone) over 6
 partitions with a standby per task, while a background producer sends ~700 inputs/s over
 120 keys. Around each membership event (a worker joins; a worker is restarted) the test
@@ -26,20 +26,19 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import confluent_kafka as ck
 import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apps import counting
 from tests.support.fixtures import WorkerFactory
-from tests.support.processes import WorkerProcess
 from tests.support.traffic import SteadyProducer
 from tests.support.transaction_log import read_committed_topic
 from tests.support.waiting import wait_until
+from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import max_gap
+from worker.examples import counting
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +50,7 @@ MAX_STALL = 1.5  # s: the longest silence a task that stays may show
 RESUMED_AFTER = 0.5  # s: every partition produced this long after the group settled
 SETTLE_TIMEOUT = 45.0
 DRAIN_TIMEOUT = 45.0
-APP = "tests.apps.counting:build"
-REPO = str(Path(__file__).resolve().parents[2])  # the worker processes import tests.apps
+APP = "worker.examples.counting:build"
 SETTINGS = {"num.standby.replicas": 1, "commit.interval.ms": 200}
 
 
@@ -298,9 +296,7 @@ def new_worker(
     worker_factory: WorkerFactory, name: str, bootstrap: str, guarantee: str, start: bool = True
 ) -> WorkerProcess:
     settings = {**SETTINGS, "bootstrap.servers": bootstrap, "processing.guarantee": guarantee}
-    return worker_factory(
-        name, settings=settings, args=["--app", APP], env={"PYTHONPATH": REPO}, start=start
-    )
+    return worker_factory(name, settings=settings, args=["--app", APP], start=start)
 
 
 @contextmanager

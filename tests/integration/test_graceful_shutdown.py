@@ -20,9 +20,9 @@ import pytest
 
 from tests.integration.example_app import PARTITIONS, example_data
 from tests.integration.stuck_app import HANG, MARKER, TOPIC_ENV
-from tests.support.processes import WorkerProcess
 from tests.support.waiting import wait_until
 from worker.config import load
+from worker.dev.processes import WorkerProcess
 from worker.kafka.clients import Admin, TopicSpec, fetch_high_watermarks
 from worker.kafka.loader import produce_records
 from worker.serde import STR

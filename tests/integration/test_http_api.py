@@ -18,8 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.example_app import PARTITIONS, ExampleData, example_data
-from tests.support.processes import WorkerProcess
 from tests.support.waiting import wait_until
+from worker.dev.processes import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,9 @@ import pytest
 
 from tests.integration.example_app import PARTITIONS, ExampleData, example_data
 from tests.support.kafka_io import read_partition
-from tests.support.processes import WorkerProcess
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
+from worker.dev.processes import WorkerProcess
 from worker.examples import payments as app
 
 pytestmark = pytest.mark.integration

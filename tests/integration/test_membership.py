@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.waiting import wait_until
 from worker.assignment.model import Assignment, Subscription
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.kafka.clients import Admin
@@ -32,7 +32,6 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 4
 JOIN_TIMEOUT = 45.0
 ALL_TASKS = frozenset(TaskId(s, p) for s in (0, 1) for p in range(PARTITIONS))
-TP = tuple[str, int]
 EndOffsets = Callable[[Sequence[TP]], dict[TP, int]]
 
 

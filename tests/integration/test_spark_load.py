@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from tests.support.kafka_io import fold, read_partition
-from tests.support.processes import WorkerProcess
 from tests.support.waiting import wait_until
 from worker.config import Settings, load
 from worker.dev import history, sample_data
-from worker.dev.demo import create_example_topics
+from worker.dev.processes import WorkerProcess
+from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
 from worker.kafka.clients import Admin, TopicSpec
 from worker.kafka.loader import read_topic

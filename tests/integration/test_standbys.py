@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from tests.integration.example_app import PARTITIONS, ExampleData, example_data
-from tests.support.processes import WorkerProcess
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
+from worker.dev.processes import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from tests.integration.example_app import PARTITIONS, example_data
-from tests.support.processes import WorkerProcess
 from tests.support.waiting import wait_until
+from worker.dev.processes import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import WorkerProcess
 from worker.dev.broker import free_port
+from worker.dev.processes import WorkerProcess
 
 # Settings that make group membership quick on the test broker (see platform-facts.md:
 # joins hang with librdkafka's default max.poll.interval.ms as rebalance timeout).

@@ -21,24 +21,24 @@ def test_each_sample_goes_to_the_first_category_that_claims_it(tmp_path: Path) -
                 stack(LOOP, "DataConsumer.consume (worker/kafka/clients.py:330)", count=10),
                 stack(
                     LOOP,
-                    "TaskManager.process (worker/tasks/manager.py:300)",
+                    "RecordRouter.process (worker/tasks/router.py:50)",
                     "score_payment (worker/examples/payments.py:60)",
                     count=20,
                 ),
                 stack(
                     LOOP,
-                    "TaskManager.commit (worker/tasks/manager.py:420)",
+                    "TaskCommitter.commit (worker/tasks/committer.py:45)",
                     "DataConsumer.consume (worker/kafka/clients.py:330)",
                     count=5,
                 ),
-                stack(LOOP, "TaskManager.process (worker/tasks/manager.py:300)", count=15),
+                stack(LOOP, "RecordRouter.process (worker/tasks/router.py:50)", count=15),
                 stack(LOOP, count=50, thread="thread (2): http"),  # another thread: left out
                 "not a sample line",
             ]
         )
     )
     categories = [
-        profiling.Category("commit", under=("TaskManager.commit",)),
+        profiling.Category("commit", under=("TaskCommitter.commit",)),
         profiling.Category("fetch", leaf_functions=("DataConsumer.consume",)),
         profiling.Category("app", leaf_files=("worker/examples/payments.py",)),
     ]

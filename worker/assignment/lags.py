@@ -28,9 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 
-TP = tuple[str, int]
 K = TypeVar("K")
 
 

@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 _PATTERN = re.compile(r"^(\d+)_(\d+)$")
 
+# A topic-partition, (topic, partition): how tasks, clients and the planner name the
+# partitions a task reads and the changelogs it writes. Defined here, in the module every
+# layer may import, so there is one definition.
+TP = tuple[str, int]
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class TaskId:

@@ -24,10 +24,8 @@ The exit code is 0 only when both match and every worker's last run exited 0.
 from __future__ import annotations
 
 import http.client
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -41,15 +39,15 @@ from types import FrameType
 from typing import Any
 
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from worker.config import Settings, load
 from worker.dev import history, sample_data
 from worker.dev.broker import EmbeddedBroker
+from worker.dev.processes import START_LINE, WorkerProcess, WorkerProcessFailed, guarded
 from worker.dev.stalls import max_gap
 from worker.errors import WorkerError
 from worker.examples import payments as app
-from worker.kafka.clients import Admin, DataConsumer, TopicSpec
+from worker.kafka.clients import DataConsumer
 from worker.kafka.loader import produce_records, read_topic
 from worker.serde import JSON, STR
 
@@ -74,20 +72,10 @@ IDLE_SECONDS = 2.0  # the processed count must stand still this long to call it 
 _MARKER = ".worker-demo"  # a --workdir is emptied only if it has this (or is empty)
 
 
-def create_example_topics(settings: Settings, partitions: int) -> None:
-    Admin(settings).create_topics(
-        [
-            TopicSpec(app.PAYMENTS, partitions),
-            TopicSpec(app.PROFILES, partitions, {"cleanup.policy": "compact"}),
-            TopicSpec(app.ALERTS, partitions),
-        ]
-    )
-
-
 def load_sample_data(
     settings: Settings, accounts: int, payments: int, partitions: int
 ) -> dict[str, int]:
-    create_example_topics(settings, partitions)
+    sample_data.create_example_topics(settings, partitions)
     accts = sample_data.accounts(accounts)
     loaded_profiles = produce_records(
         settings, app.PROFILES, sample_data.profiles(accts), STR, JSON
@@ -102,33 +90,6 @@ def load_sample_data(
 
 # -- child processes ---------------------------------------------------------------------
 
-# Runs in each child before it execs the real program: on Linux, ask for SIGKILL when the
-# demo dies (prctl PR_SET_PDEATHSIG = 1), so even a SIGKILLed demo leaves nothing behind.
-# If the demo is already gone by then, do not start at all.
-_GUARD = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n"
-    "    ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
-    "except (AttributeError, OSError):\n"
-    "    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(1)\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
-)
-
-
-def _guarded(cmd: list[str]) -> list[str]:
-    """``cmd`` started through the parent-death guard; the PID stays the same across exec."""
-    return [sys.executable, "-c", _GUARD, str(os.getpid()), *cmd]
-
-
-def _log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + line for line in text[-lines:])
-
 
 class DemoFailed(WorkerError):
     """The demo cannot go on (a process died, nothing became ready...)."""
@@ -136,7 +97,7 @@ class DemoFailed(WorkerError):
 
 class _Broker(EmbeddedBroker):
     def command(self) -> list[str]:
-        return _guarded(super().command())
+        return guarded(super().command())
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -179,135 +140,60 @@ class Scrape:
         )
 
 
-def scrape(port: int, timeout: float = 5.0) -> Scrape:
-    """Every sample of a worker's ``/metrics``. Raises OSError when nothing answers."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as resp:
-        text = resp.read().decode()
-    result = Scrape()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            result.samples.append((sample.name, dict(sample.labels), float(sample.value)))
-    return result
-
-
-class DemoWorker:
-    """One ``worker start`` child with its own state dir and log; signalled only by its PID."""
+class DemoWorker(WorkerProcess):
+    """A worker of the demo: an OS-picked HTTP port, dies with the demo, and remembers its
+    last scrape and what its earlier runs processed (a restart's counters start at 0)."""
 
     def __init__(self, name: str, bootstrap: str, workdir: Path) -> None:
-        self.name = name
-        self.log_path = workdir / f"{name}.log"
-        self.cmd = [
-            sys.executable, "-m", "worker", "start",
-            "--state-dir", str(workdir / name),
-            "--set", f"bootstrap.servers={bootstrap}",
-            "--set", "http.port=0",
-        ]  # fmt: skip
-        for key, value in WORKER_SETTINGS.items():
-            self.cmd += ["--set", f"{key}={value}"]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port: int | None = None
+        super().__init__(
+            state_dir=workdir / name,
+            http_port=0,
+            settings={"bootstrap.servers": bootstrap, **WORKER_SETTINGS},
+            name=name,
+            die_with_parent=True,
+        )
         self.last = Scrape()
         self.earlier_processed = 0  # records processed by its runs before this one
-        self._log_from = 0  # where this run's lines start in the (appended) log
 
-    def start(self) -> None:
+    def start(self) -> DemoWorker:
         """Start the process (again, after it exited: same state dir, a new HTTP port)."""
-        if self.running:
+        if self.alive:
             raise DemoFailed(f"{self.name} is running already (pid {self.pid})")
-        if self.proc is not None:
+        if self.pid is not None:
             self.earlier_processed += self.last.total("worker_processed_records_total")
-        self.port, self.last = None, Scrape()
-        # The demo's settings only: no WORKER_* variable of the caller's shell leaks in.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
-        env["PYTHONUNBUFFERED"] = "1"
-        with self.log_path.open("ab") as log:
-            self._log_from = log.tell()
-            # Its own session: a Ctrl-C in the terminal reaches the demo, which stops the
-            # workers in order, instead of reaching every process at once.
-            self.proc = subprocess.Popen(
-                _guarded(self.cmd),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll() if self.proc else None
+        self.last = Scrape()
+        super().start()
+        return self
 
     def check_alive(self) -> None:
-        if self.proc is not None and not self.running:
+        if self.pid is not None and not self.alive:
             raise DemoFailed(
-                f"{self.name} (pid {self.proc.pid}) exited with code {self.proc.returncode}; "
-                f"the end of {self.log_path}:\n{_log_tail(self.log_path)}"
+                f"{self.name} (pid {self.pid}) exited with code {self.returncode}; "
+                + self.log_tail(15)
             )
 
-    def find_port(self) -> int | None:
-        """The HTTP port from this run's ``worker.starting`` log line, once it is there."""
-        if self.port is None:
-            with suppress(OSError), self.log_path.open("rb") as log:
-                log.seek(self._log_from)
-                for line in log:
-                    if b'"worker.starting"' in line:
-                        with suppress(orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                            self.port = int(orjson.loads(line)["http_port"])
-                            break
-        return self.port
-
-    def ready(self) -> bool:
-        port = self.find_port()
-        if port is None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-                return bool(resp.status == 200)
-        except OSError:  # refused, or 503 (HTTPError) while not ready
-            return False
-
-    def metrics(self) -> Scrape:
+    def scrape(self) -> Scrape:
         """The latest scrape of this run; the previous one if the worker does not answer now."""
-        if self.port is not None:
-            with suppress(OSError, ValueError):
-                self.last = scrape(self.port)
+        with suppress(OSError, ValueError, WorkerProcessFailed):
+            self.last = Scrape(self.metric_samples())
         return self.last
 
     def processed(self) -> int:
         """Records processed over all its runs (as last scraped): a restart starts at 0."""
-        return self.earlier_processed + self.metrics().total("worker_processed_records_total")
-
-    def terminate(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            os.kill(self.proc.pid, signal.SIGTERM)
-
-    def kill(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        return self.earlier_processed + self.scrape().total("worker_processed_records_total")
 
 
 def _stop_workers(workers: list[DemoWorker], grace: float, hurry: Callable[[], bool]) -> None:
     """SIGTERM every worker, wait for their clean stop, SIGKILL whatever is left."""
     for w in workers:
-        w.terminate()
+        w.request_stop()
     deadline = time.monotonic() + grace
-    while any(w.running for w in workers) and time.monotonic() < deadline and not hurry():
+    while any(w.alive for w in workers) and time.monotonic() < deadline and not hurry():
         time.sleep(0.05)
     for w in workers:
-        if w.running:
+        if w.alive:
             print(f"{w.name} (pid {w.pid}) did not stop in time: SIGKILL", flush=True)
-            w.kill()
+        w.close()
 
 
 # -- signals -----------------------------------------------------------------------------
@@ -390,7 +276,7 @@ def run_demo(duration: float, rate: int, workdir: Path) -> int:
             if code != 0 and workers:
                 print(
                     "stopped "
-                    + ", ".join(f"{w.name} (exit {w.returncode})" for w in workers if w.proc)
+                    + ", ".join(f"{w.name} (exit {w.returncode})" for w in workers if w.pid)
                     + " and the broker",
                     flush=True,
                 )
@@ -430,7 +316,7 @@ def _run(
 
     def crash(_at: float) -> DemoWorker:
         victim = workers[0]
-        victim.metrics()  # its count so far, carried into the next run's
+        victim.scrape()  # its count so far, carried into the next run's
         old = victim.pid
         victim.kill()
         victim.start()
@@ -456,7 +342,7 @@ def _run(
     produced_in = time.monotonic() - producing
     drained_in = _wait_drained(workers, traffic, DRAIN_TIMEOUT)
     for w in workers:
-        w.metrics()  # the final numbers, before the workers go away
+        w.scrape()  # the final numbers, before the workers go away
     where = where_to_look(workers[0].port, accts[0].id)  # a live query, before the stop
     signals.cleaning = True  # from here on a Ctrl-C only hurries the stop
     _stop_workers(workers, STOP_GRACE, signals.hurried)  # each commits its last records
@@ -533,13 +419,13 @@ def _owners(workers: list[DemoWorker]) -> dict[str, str]:
     """task -> the worker it is active on, from each running worker's ``/tasks``."""
     owners: dict[str, str] = {}
     for w in workers:
-        port = w.find_port()
-        if port is None or not w.running:
+        if not w.alive:
             continue
         with suppress(OSError, ValueError, KeyError, TypeError):
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/tasks", timeout=2) as resp:
-                listing = orjson.loads(resp.read())
-            for task in listing["tasks"]:
+            status, body = w.get("/tasks")
+            if status != 200:
+                continue
+            for task in orjson.loads(body)["tasks"]:
                 if task["kind"] == "active":
                     owners[str(task["task_id"])] = w.name
     return owners
@@ -550,7 +436,7 @@ def _note_active(happening: Happening, started: float) -> None:
     worker = happening.worker
     if happening.active_after is not None or not worker.ready():
         return
-    scrape = worker.metrics()
+    scrape = worker.scrape()
     if scrape.total("worker_tasks", kind="active") == 0:
         return
     happening.active_after = time.monotonic() - started - happening.at
@@ -592,7 +478,7 @@ def _produce_for(
             if happenings:
                 happenings[-1].after = owners
             print(f"  {elapsed:5.1f}s: {what}", flush=True)
-            ran_before = {w.name for w in workers if w.proc is not None}
+            ran_before = {w.name for w in workers if w.pid is not None}
             worker = action(elapsed)
             restart = worker.name in ran_before
             happenings.append(Happening(what, worker, restart, elapsed, wall_ms, owners))
@@ -660,6 +546,8 @@ def _log_findings(path: Path) -> tuple[Counter[str], int]:
     other = 0
     with suppress(OSError), path.open("rb") as log:
         for line in log:
+            if line.startswith(START_LINE.encode()):
+                continue  # the command of a run, written by WorkerProcess
             try:
                 record = orjson.loads(line)
             except orjson.JSONDecodeError:

@@ -1,4 +1,5 @@
-"""Deterministic sample data for the example app: account profiles and payments.
+"""Deterministic sample data for the example app: account profiles and payments, and the
+topics they go to.
 
 Until a Spark job computes profiles from history, this module generates accounts with a
 known mean and spread, the matching profile records, and a payment stream in which a
@@ -12,7 +13,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from worker.config import Settings
 from worker.examples import payments as app
+from worker.kafka.clients import Admin, TopicSpec
+
+
+def create_example_topics(settings: Settings, partitions: int) -> None:
+    """Create the example app's input and output topics (those that do not exist yet), as
+    an operator would before its first start: the demo, ``worker dev sample-data``, the
+    tests and the benchmarks all load the same topics."""
+    Admin(settings).create_topics(
+        [
+            TopicSpec(app.PAYMENTS, partitions),
+            TopicSpec(app.PROFILES, partitions, {"cleanup.policy": "compact"}),
+            TopicSpec(app.ALERTS, partitions),
+        ]
+    )
 
 
 @dataclass(frozen=True, slots=True)

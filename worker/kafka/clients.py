@@ -18,6 +18,7 @@ from typing import Any, cast
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from worker.assignment.task_id import TP
 from worker.config import Settings
 from worker.errors import FatalError, KafkaUnavailable, ProduceFailed
 from worker.kafka.client_logs import librdkafka_logger
@@ -29,8 +30,6 @@ from worker.kafka.error_classifier import (
     rejects_record,
     topic_exists,
 )
-
-TP = tuple[str, int]
 
 # Fetch tuning from platform-facts: the default 1000 ms queue backoff stalls a consumer
 # that drains faster than the broker refills it.

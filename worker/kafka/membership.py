@@ -52,7 +52,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment import planner
 from worker.assignment.model import Assignment, Subscription
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import (
@@ -64,8 +64,6 @@ from worker.kafka.error_classifier import group_error
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
-
-TP = tuple[str, int]
 
 # librdkafka pass-through keys kafka-python understands, and what it calls them.
 _PASSTHROUGH = {

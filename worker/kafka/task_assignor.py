@@ -48,13 +48,12 @@ from kafka.protocol.consumer.metadata import (
 
 from worker.assignment import lags, planner
 from worker.assignment.model import NO_PROBE, Assignment, Subscription, UserDataError
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
 from worker.observability import get_logger
 
 ASSIGNOR_NAME = "worker-tasks"
 
-TP = tuple[str, int]
 # The log-end offset of each partition; may raise or leave partitions out (unknown).
 EndOffsets = Callable[[Sequence[TP]], Mapping[TP, int]]
 

@@ -23,9 +23,10 @@ from typing import Any, Literal
 
 import confluent_kafka as ck
 
+from worker.assignment.task_id import TP
 from worker.config import Settings
 from worker.errors import FatalError, ProducerFenced, TransactionAborted, WorkerError
-from worker.kafka.clients import TP, RecordCollector
+from worker.kafka.clients import RecordCollector
 from worker.kafka.error_classifier import abort_can_be_retried, transaction_error
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger

@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from worker.assignment.task_id import TP
 from worker.clock import Clock
 from worker.kafka.clients import PendingOffsets
 from worker.runtime.availability import StallCause, TaskSample
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
 
-TP = tuple[str, int]
 END_REFRESH_S = 1.0
 
 

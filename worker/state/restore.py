@@ -26,14 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
 from worker.kafka.clients import RestoreConsumer
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 from worker.state.store import RestoreBatch, Store
-
-TP = tuple[str, int]
 
 
 class Restorable(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from worker.assignment.task_id import TP
 from worker.config import Settings
 from worker.errors import (
     KafkaUnavailable,
@@ -24,8 +25,6 @@ from worker.errors import (
 from worker.kafka.clients import RecordCollector
 from worker.kafka.transactions import TransactionalCollector, group_metadata
 from worker.tasks.task import Task
-
-TP = tuple[str, int]
 
 
 class CommitFailed(WorkerError):

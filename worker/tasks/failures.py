@@ -12,9 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
+from worker.assignment.task_id import TP
 from worker.processing.handlers import ExceptionPolicy
-
-TP = tuple[str, int]
 
 
 class FailureDecision(enum.Enum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from worker.assignment.model import Assignment
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.errors import TaskCorrupted, TaskMigrated
 from worker.observability import get_logger
 from worker.processing.topology import BuiltTopology, Subtopology
@@ -20,8 +20,6 @@ from worker.tasks.committer import TaskCommitter
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
-
-TP = tuple[str, int]
 
 
 class TaskManager:

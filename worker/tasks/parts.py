@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from worker.assignment.task_id import TP
 from worker.kafka.clients import DataConsumer
 from worker.processing.handlers import ExceptionPolicy
 from worker.processing.topology import BuiltTopology
@@ -21,8 +22,6 @@ from worker.tasks.manager import TaskManager
 from worker.tasks.registry import Tasks
 from worker.tasks.router import RecordRouter
 from worker.tasks.task import Task, TaskContext
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)

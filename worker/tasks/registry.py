@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.kafka.clients import DataConsumer
 from worker.observability import get_logger
 from worker.state.restore import ChangelogReader
 from worker.tasks.commit import OffsetCommitter
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
-
-TP = tuple[str, int]
 
 
 class Tasks:

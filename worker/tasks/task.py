@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
@@ -28,8 +28,6 @@ from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)

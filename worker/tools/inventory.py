@@ -19,14 +19,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.errors import WorkerError
 from worker.state.checkpoint import CheckpointError, read_checkpoint
 from worker.state.directory import CHECKPOINT_FILE, STORES_DIR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store
 
-TP = tuple[str, int]
 # Enough for opening stores one at a time to read their offsets.
 _TOOL_MEMORY = 16 * MiB
 

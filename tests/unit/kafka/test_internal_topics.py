@@ -21,9 +21,11 @@ class FakeAdmin:
     def __init__(self, topics: dict[str, int]) -> None:
         self.topics = dict(topics)
         self.created: list[TopicSpec] = []
+        self.asked: list[set[str]] = []  # the topics of each partition_counts call
 
     def partition_counts(self, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
-        return {t: self.topics[t] for t in topics if t in self.topics}
+        self.asked.append(set(topics))
+        return {t: self.topics[t] for t in self.asked[-1] if t in self.topics}
 
     def create_topics(self, specs: Sequence[TopicSpec], timeout: float = 30.0) -> list[str]:
         for spec in specs:
@@ -103,9 +105,14 @@ def watch(admin: FakeAdmin, checked_at: float = float("-inf")) -> TopicWatch:
 def test_the_topic_watch_is_quiet_while_the_topics_are_as_at_start_up() -> None:
     admin = FakeAdmin({"input": 2, "output": 2})
     topics = watch(admin)
+    admin.asked.clear()  # start-up's own look at the topics
 
     topics.check(0.0)
     topics.check(100.0)
+
+    # Quiet because both checks looked at every topic and found it as it was, not
+    # because they skipped looking.
+    assert admin.asked == [{"input", "output", "app-counts-changelog"}] * 2
 
 
 def test_a_changelog_deleted_under_the_worker_is_a_clear_error() -> None:
@@ -135,8 +142,15 @@ def test_an_unreachable_broker_is_not_a_topic_error() -> None:
     def unavailable(topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
         raise KafkaUnavailable("no broker")
 
+    answering = admin.partition_counts
     admin.partition_counts = unavailable  # type: ignore[method-assign]
-    topics.check(0.0)
+    topics.check(0.0)  # no TopologyError: nothing is known about the topics
+
+    # The watch goes on: once the broker answers again, a real change is reported.
+    admin.partition_counts = answering  # type: ignore[method-assign]
+    del admin.topics["app-counts-changelog"]
+    with pytest.raises(TopologyError, match="changelog app-counts-changelog was deleted"):
+        topics.check(10.0)
 
 
 def test_the_first_watch_check_comes_one_interval_after_the_start_up_check() -> None:

@@ -23,14 +23,13 @@ from worker.assignment.model import (
     UnsupportedVersion,
 )
 from worker.assignment.planner import PlannerConfig
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import FakeClock
 from worker.kafka.task_assignor import TaskAssignor
 
 T = TaskId
 SOURCES = {0: ["a"], 1: ["b", "c"]}
 CHANGELOGS = {0: ["app-s0-changelog"], 1: ["app-s1a-changelog", "app-s1b-changelog"]}
-TP = tuple[str, int]
 
 
 class FakeCluster:

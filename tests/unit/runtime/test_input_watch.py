@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.clock import FakeClock
 from worker.kafka.clients import PendingOffsets
 from worker.observability import Metrics
@@ -14,7 +14,6 @@ from worker.runtime.availability import AvailabilityTracker, StallCause
 from worker.runtime.input_watch import InputWatch, LoopConditions
 from worker.tasks.state import TaskState
 
-TP = tuple[str, int]
 CALM = LoopConditions(rebalancing=False, broker_connected=True, backpressure=False)
 
 

@@ -159,15 +159,33 @@ def test_nested_types_json_cannot_write_are_caught_too(spark_type):
 
 
 @pytest.mark.parametrize(
-    "spark_type",
-    ["double", "bigint", "string", "map<string,double>", "struct<binary_ok:int>", "array<int>"],
+    ("spark_type", "value", "json"),
+    [
+        ("double", 1.5, 1.5),
+        ("bigint", 2**40, 2**40),
+        ("string", "x", "x"),
+        ("map<string,double>", {"a": 1.0}, {"a": 1.0}),
+        ("struct<binary_ok:int>", FakeRow(binary_ok=1), {"binary_ok": 1}),
+        ("array<int>", [1, 2], [1, 2]),
+    ],
 )
-def test_types_json_can_write_pass(spark_type):
+def test_types_json_can_write_pass_and_their_values_encode(spark_type, value, json):
     check_columns({"k": "string", "v": spark_type}, "k", ["v"], STR, JSON)
+
+    record = TableEncoder(("k", "v"), "k", ["v"], STR, JSON, 1).encode(("a", value))
+
+    assert decoded(record[2]) == {"v": json}
 
 
 def test_a_value_function_is_not_checked_against_the_schema():
-    check_columns({"k": "string", "v": "decimal(3,1)"}, "k", lambda row: 1, STR, JSON)
+    schema = {"k": "string", "v": "decimal(3,1)"}
+    with pytest.raises(LoadRejected, match="'v' is decimal"):
+        check_columns(schema, "k", ["v"], STR, JSON)  # the column itself would not encode
+
+    check_columns(schema, "k", lambda row: float(row["v"]), STR, JSON)  # the function casts
+
+    enc = TableEncoder(("k", "v"), "k", lambda row: float(row["v"]), STR, JSON, 1)
+    assert enc.encode(("a", Decimal("1.5")))[2] == b"1.5"
 
 
 def test_serdes_resolve_by_name_and_unknown_names_are_rejected():

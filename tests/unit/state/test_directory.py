@@ -203,10 +203,13 @@ def test_close_releases_the_process_lock_and_is_idempotent(tmp_path: Path) -> No
     first = StateDirectory(tmp_path, APP)
     first.open()
     first.close()
-    first.close()
-
     second = StateDirectory(tmp_path, APP)
-    second.open()
+    second.open()  # the lock first held is free
+
+    first.close()  # again: it must not release what second holds now
+
+    with pytest.raises(StateLocked, match=f"pid {os.getpid()}"):
+        StateDirectory(tmp_path, APP).open()
     second.close()
 
 

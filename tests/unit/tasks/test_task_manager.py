@@ -24,13 +24,11 @@ from tests.unit.tasks.conftest import (
     encode,
 )
 from worker.assignment.model import Assignment
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 from worker.errors import ProduceFailed
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
-
-TP = tuple[str, int]
 
 
 def cl(task_id: TaskId) -> TP:

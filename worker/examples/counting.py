@@ -1,4 +1,8 @@
-"""A test topology with one output per input, so exactly-once is checkable record by record.
+"""A topology with one output per input, so exactly-once is checkable record by record.
+
+The integration and fault tests and the availability benchmark run it
+(``--app worker.examples.counting:build``): a stall of a task shows as a silence of its
+partition of ``outputs``, and a lost or repeated input as a missing or repeated id.
 
 ``inputs`` (key: str, value: {"id": n}) -> count per key in the ``counts`` store ->
 ``outputs`` (key, {"id": n, "count": c}). Under exactly-once, the outputs read with
@@ -18,6 +22,7 @@ COUNTS = "counts"
 
 
 def count(ctx: ProcessorContext, key: str, value: dict[str, Any]) -> None:
+    """Count the input under its key and forward its id with the new count."""
     counts = ctx.store(COUNTS)
     n = (counts.get(key) or 0) + 1
     counts.put(key, n)
@@ -25,6 +30,7 @@ def count(ctx: ProcessorContext, key: str, value: dict[str, Any]) -> None:
 
 
 def build() -> Topology:
+    """The topology: ``inputs`` -> ``count`` (with the ``counts`` store) -> ``outputs``."""
     return (
         Topology()
         .add_source("in", INPUTS, key_serde=STR, value_serde=JSON)

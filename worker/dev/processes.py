@@ -1,19 +1,24 @@
-"""Run REAL worker processes in integration and fault tests, and observe them from outside.
+"""Run REAL worker processes and observe them from outside: for the tests, the benchmarks
+and the demo.
 
 A :class:`WorkerProcess` is one ``python -m worker start`` child with its own state dir,
-HTTP port and log file. Tests watch it only the way an operator would: ``/metrics``,
-``/healthz``, ``/readyz``, its exit code and its logs. Signals go to the PID this object
-started and to nothing else, so a test can never hit a process it does not own.
+HTTP port and log file. Its owner watches it only the way an operator would:
+``/metrics``, ``/healthz``, ``/readyz``, its exit code and its logs. Signals go to the PID
+this object started and to nothing else, so a caller can never hit a process it does not
+own.
 
 The same object can be started again after it exited (``start()`` after ``kill()`` or
 ``terminate()``): same state dir, same port, same log file (appended), new PID. That is
-how restart tests run a worker "over its state".
+how restart tests run a worker "over its state". With ``http_port=0`` the OS picks the
+port of each run and :attr:`WorkerProcess.port` reads it from the run's
+``worker.starting`` log line, so nothing needs a particular port to be free.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -31,6 +37,38 @@ Labels = dict[str, str]
 # Series that make no sense summed across label sets.
 _NOT_SUMMED = ("_bucket", "_created")
 _HTTP_TIMEOUT = 2.0
+# Starts the line written to the log before each run (the command): not the worker's.
+START_LINE = "--- "
+# The bound HTTP port in a run's ``worker.starting`` log line.
+_STARTING = re.compile(rb'"event": ?"worker\.starting"')
+
+# Runs in a child before it execs the real program: on Linux, ask for SIGKILL when the
+# parent dies (prctl PR_SET_PDEATHSIG = 1), so even a SIGKILLed parent leaves nothing
+# behind. If the parent is already gone by then, do not start at all.
+_GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+    "except (AttributeError, OSError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+class WorkerProcessFailed(AssertionError):
+    """A worker process died, or did not answer or stop in time, while its owner waited.
+
+    An AssertionError, so that a test waiting on a worker fails with the log tail it
+    carries; the demo and the benchmarks catch it by this name.
+    """
+
+
+def guarded(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` started through the parent-death guard (Linux); the PID stays the same
+    across the exec, so signalling the PID still reaches the real program."""
+    return [sys.executable, "-c", _GUARD, str(os.getpid()), *cmd]
 
 
 def format_setting(value: object) -> str:
@@ -49,7 +87,8 @@ class WorkerProcess:
 
     Not thread-safe. Every method that signals or waits acts on the PID started last by
     this object; ``close()`` (and leaving the ``with`` block) SIGKILLs that PID if it is
-    still running and is idempotent.
+    still running and is idempotent. ``die_with_parent`` starts it through
+    :func:`guarded`, so it dies with the process that started it (the demo's promise).
     """
 
     def __init__(
@@ -62,6 +101,7 @@ class WorkerProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         name: str = "worker",
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
         self.state_dir = Path(state_dir)
@@ -71,13 +111,17 @@ class WorkerProcess:
         self.log_path = Path(log_path) if log_path else self.state_dir.parent / f"{name}.log"
         self.env = dict(env or {})
         self.cwd = Path(cwd) if cwd else self.log_path.parent
+        self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._log_from = 0  # where the last run's lines start in the (appended) log
+        self._port: int | None = http_port or None
         self.pids: list[int] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def command(self) -> list[str]:
+        """The command line of the worker (without the guard of ``die_with_parent``)."""
         cmd = [sys.executable, "-m", "worker", "start", "--state-dir", str(self.state_dir)]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={format_setting(value)}"]
@@ -93,10 +137,14 @@ class WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
         env.update({"PYTHONUNBUFFERED": "1", **self.env})
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed by _close_log()
-        self._log.write(f"--- {self.name} start: {' '.join(self.command())}\n".encode())
+        self._log_from = self._log.tell()
+        self._port = self.http_port or None
+        self._log.write(f"{START_LINE}{self.name} start: {' '.join(self.command())}\n".encode())
         self._log.flush()
+        # Its own session: a Ctrl-C in the terminal reaches the owner, which stops its
+        # workers in order, instead of reaching every process at once.
         self._proc = subprocess.Popen(
-            self.command(),
+            guarded(self.command()) if self.die_with_parent else self.command(),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -121,20 +169,26 @@ class WorkerProcess:
         """Exit code of the last run; None while running or before the first start."""
         return self._proc.poll() if self._proc else None
 
+    def request_stop(self) -> None:
+        """SIGTERM the PID if it still runs, without waiting: the caller stops several
+        workers at once and waits for them together."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGTERM)
+
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM the PID, wait up to ``timeout`` and return the exit code.
 
-        A process that outlives the timeout is SIGKILLed and the test fails: a worker must
-        stop within its grace period.
+        A process that outlives the timeout is SIGKILLed and WorkerProcessFailed raised: a
+        worker must stop within its grace period.
         """
         proc = self._require_started()
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
+            self.request_stop()
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(
+                raise WorkerProcessFailed(
                     f"{self.name} (pid {proc.pid}) did not exit within {timeout}s of SIGTERM"
                     f"\n{self.log_tail()}"
                 ) from None
@@ -156,7 +210,7 @@ class WorkerProcess:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(
+            raise WorkerProcessFailed(
                 f"{self.name} (pid {proc.pid}) still running after {timeout}s\n{self.log_tail()}"
             ) from None
         self._close_log()
@@ -184,8 +238,26 @@ class WorkerProcess:
     # -- HTTP ----------------------------------------------------------------------------
 
     @property
+    def port(self) -> int | None:
+        """The HTTP port of the last run: ``http_port``, or with ``http_port=0`` the one the
+        OS picked, read from the run's ``worker.starting`` log line (None until then)."""
+        if self._port is None and self._proc is not None:
+            with suppress(OSError), self.log_path.open("rb") as log:
+                log.seek(self._log_from)
+                for line in log:
+                    if _STARTING.search(line):
+                        with suppress(ValueError, KeyError, TypeError):
+                            self._port = int(json.loads(line)["http_port"])
+                            break
+        return self._port
+
+    @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        """``http://127.0.0.1:PORT``; raises OSError while the port is not known yet."""
+        port = self.port
+        if port is None:
+            raise OSError(f"{self.name} has not reported its HTTP port yet")
+        return f"http://127.0.0.1:{port}"
 
     def get(self, path: str, timeout: float = _HTTP_TIMEOUT) -> tuple[int, bytes]:
         """GET ``path`` on the worker's HTTP port: (status, body). Non-2xx is not an error.
@@ -206,7 +278,7 @@ class WorkerProcess:
         """
         status, body = self.get("/metrics")
         if status != 200:
-            raise AssertionError(f"{self.name}: /metrics answered {status}")
+            raise WorkerProcessFailed(f"{self.name}: /metrics answered {status}")
         return [
             (sample.name, dict(sample.labels), float(sample.value))
             for family in text_string_to_metric_families(body.decode())
@@ -326,12 +398,12 @@ class WorkerProcess:
             if condition():
                 return time.monotonic() - start
             if proc.poll() is not None:
-                raise AssertionError(
+                raise WorkerProcessFailed(
                     f"{self.name} (pid {proc.pid}) exited with {proc.returncode} while waiting"
                     f" for {_text(what)}\n{self.log_tail()}"
                 )
             if time.monotonic() >= deadline:
-                raise AssertionError(
+                raise WorkerProcessFailed(
                     f"timed out after {timeout}s waiting for {self.name} {_text(what)}"
                     f"\n{self.log_tail()}"
                 )
@@ -343,4 +415,4 @@ class WorkerProcess:
             log.close()
 
     def __repr__(self) -> str:
-        return f"WorkerProcess({self.name!r}, pid={self.pid}, port={self.http_port})"
+        return f"WorkerProcess({self.name!r}, pid={self.pid}, port={self.port})"

@@ -1,0 +1,65 @@
+"""Benchmark reports are made from measurements alone: no broker, no worker, no run.
+
+``measure`` returns plain dataclasses and ``report`` turns them into the rows, details and
+plots of ``docs/benchmarks.md``; these tests hand ``report`` made-up measurements and
+check what the summary table would show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import spark_load, throughput
+from benchmarks.results import PlotPath
+
+
+def plot_path(tmp_path: Path) -> PlotPath:
+    return lambda name: tmp_path / f"{name}.png"
+
+
+def linear(rate: float, total: int) -> list[tuple[float, float]]:
+    """Samples of a counter that grows at ``rate`` a second up to ``total``, every 0.1 s."""
+    return [(i / 10, min(total, rate * i / 10)) for i in range(int(10 * total / rate) + 2)]
+
+
+def test_throughput_compares_the_best_worker_run_with_the_best_ceiling(tmp_path: Path) -> None:
+    params = throughput.Params(payments=10_000, accounts=100, runs=2)
+    measured = throughput.Measured(
+        params,
+        ceilings=[linear(40_000, 10_000), linear(50_000, 10_000), linear(20_000, 10_000)],
+        workers=[(linear(10_000, 10_000), 3.0), (linear(25_000, 10_000), 2.0)],
+        profile=None,
+    )
+
+    result = throughput.report(measured, plot_path(tmp_path))
+
+    (row,) = result.rows
+    assert row.measured == pytest.approx(25_000, rel=0.05)
+    assert row.baseline == pytest.approx(50_000, rel=0.05)
+    assert row.met is True  # at least 0.40 of the ceiling, the target
+    assert "from launch to the last record: 3.0s, 2.0s" in result.details[1]
+    assert result.plots == [tmp_path / "throughput.png"]
+    assert result.plots[0].stat().st_size > 0
+
+
+def test_spark_load_rows_are_rates_of_the_same_rows(tmp_path: Path) -> None:
+    measured = spark_load.Measured(
+        rows=1_000,
+        history_rows=5_000,
+        spark_session_seconds=4.0,
+        job_seconds=2.0,
+        job_check_seconds=1.5,
+        job_write_seconds=0.5,
+        baseline_seconds=0.25,
+        total_seconds=10.0,
+    )
+
+    result = spark_load.report(measured, plot_path(tmp_path))
+
+    job, write = result.rows
+    assert (job.measured, write.measured, job.baseline) == (500.0, 2_000.0, 4_000.0)
+    assert (job.ratio, write.ratio) == (0.125, 0.5)
+    assert "Spark session start-up 4.0s" in result.details[1]
+    assert result.plots[0].stat().st_size > 0
