@@ -18,6 +18,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from benchmarks.harness import BenchmarkFailed, raw_consumer
+from worker.kafka.error_classifier import is_partition_eof
 
 BATCH = 10000
 Samples = list[tuple[float, float]]
@@ -81,7 +82,7 @@ def consume_and_produce(
                         except BufferError:
                             producer.poll(0.01)
                     count += 1
-                elif err.code() == ck.KafkaError._PARTITION_EOF:
+                elif is_partition_eof(err):
                     pending.discard(msg.partition())
                 else:
                     raise BenchmarkFailed(f"consuming {source}: {err}")
@@ -116,7 +117,7 @@ def consume(bootstrap: str, topic: str, timeout: float = 300.0) -> Samples:
                 err = msg.error()
                 if err is None:
                     count += 1
-                elif err.code() == ck.KafkaError._PARTITION_EOF:
+                elif is_partition_eof(err):
                     pending.discard(msg.partition())
                 else:
                     raise BenchmarkFailed(f"consuming {topic}: {err}")

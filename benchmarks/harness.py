@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from worker.config import Settings, load
 from worker.dev.broker import EmbeddedBroker, free_port
 from worker.dev.processes import WorkerProcess, WorkerProcessFailed
+from worker.kafka.error_classifier import is_partition_eof, topic_exists
 
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -233,7 +234,7 @@ def create_topics(
         try:
             future.result(30)
         except ck.KafkaException as exc:
-            if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+            if not topic_exists(exc):
                 raise BenchmarkFailed(f"cannot create {name}: {exc.args[0]}") from exc
 
 
@@ -345,7 +346,7 @@ def read_timestamps(
                 err = msg.error()
                 if err is None:
                     found[cast(int, msg.partition())].append(msg.timestamp()[1])
-                elif err.code() == ck.KafkaError._PARTITION_EOF:
+                elif is_partition_eof(err):
                     pending.discard(msg.partition())
                 else:
                     raise BenchmarkFailed(f"reading {topic}: {err}")

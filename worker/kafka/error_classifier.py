@@ -113,6 +113,11 @@ def abort_can_be_retried(exc: BaseException) -> bool:
     return error is not None and not error.fatal() and bool(error.retriable())
 
 
+def join_can_be_retried(exc: BaseException | None) -> bool:
+    """A failed JoinGroup/SyncGroup round that the member simply starts again."""
+    return isinstance(exc, kerrors.KafkaError) and bool(exc.retriable)
+
+
 def group_error(exc: Exception) -> WorkerError:
     """A kafka-python group call failed.
 

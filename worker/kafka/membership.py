@@ -60,7 +60,7 @@ from worker.errors import (
     RebalanceInProgress,
 )
 from worker.kafka import group_coordinator
-from worker.kafka.error_classifier import group_error
+from worker.kafka.error_classifier import group_error, join_can_be_retried
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
@@ -356,7 +356,7 @@ class GroupMember:
         self._join = None
         if join.failed():
             exc = join.exception
-            if isinstance(exc, kerrors.KafkaError) and exc.retriable:
+            if join_can_be_retried(exc):
                 self._log.warning("membership.join_failed", error=repr(exc), retry=True)
                 return []  # still JOINING/SYNCING: the next poll starts the join again
             raise group_error(exc) from exc
