@@ -26,7 +26,7 @@ from tests.unit.tasks.conftest import (
 )
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
-from worker.errors import FatalError, ProduceFailed
+from worker.errors import FatalError, ProduceFailed, TopologyError
 from worker.processing import ProcessorContext, Topology
 from worker.processing.handlers import HEADER_PREFIX, ExceptionPolicy, RecordFailed
 from worker.processing.topology import BuiltTopology
@@ -277,17 +277,23 @@ def test_when_the_protocol_aborts_every_running_task_is_revived(
     harness.manager.close_all(clean=False)
 
 
+@pytest.mark.parametrize(
+    "error",
+    [FatalError("disk gone"), TopologyError("processor 'p' did not declare store 'gone'")],
+    ids=["fatal", "topology"],
+)
 def test_a_fatal_error_of_the_worker_is_not_blamed_on_the_record(
-    harness: Harness, poison: Poison
+    harness: Harness, poison: Poison, error: Exception
 ) -> None:
     start(harness, T01)
     poison.raise_on[1] = -1
-    poison.error = FatalError("disk gone")
+    poison.error = error
     feed(harness, T01, "a", 1)
 
-    with pytest.raises(FatalError, match="disk gone"):
+    with pytest.raises(type(error), match=str(error)):
         harness.process()
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 0
+    assert harness.metric("worker_skipped_records_total", reason="processing_error") == 0
 
 
 def test_a_producer_failure_while_sending_revives_every_running_task_without_blaming_the_record(
