@@ -19,11 +19,12 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.apps import counting
+from tests.support.ports import PortRegistry
 from tests.support.proxy import TcpProxy
 from tests.support.transaction_log import read_committed_topic
 from tests.support.waiting import wait_until
 from worker.config import load
-from worker.dev.broker import EmbeddedBroker, free_port
+from worker.dev.broker import EmbeddedBroker
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
@@ -64,9 +65,11 @@ class Proxied:
 
 
 @pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[Proxied]:
-    broker_port = free_port()
-    with TcpProxy("127.0.0.1", broker_port) as proxy:
+def proxied(tmp_path: Path, ports: PortRegistry) -> Iterator[Proxied]:
+    broker_port = ports.take()
+    # The proxy listens on the same port again after each cut: a registry port, so no
+    # other test of the run can take it in between.
+    with TcpProxy("127.0.0.1", broker_port, port=ports.take()) as proxy:
         broker = EmbeddedBroker(
             port=broker_port, log_path=tmp_path / "broker.log", advertised_port=proxy.port
         )
