@@ -16,7 +16,7 @@ import pytest
 from tests.support.ports import PortRegistry, run_directory
 from worker.dev.broker import EmbeddedBroker
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.scheduling"]
 
 
 @pytest.fixture(scope="session")

@@ -111,6 +111,7 @@ def ride_out_outage(worker, proxied: Proxied, how: str) -> None:  # type: ignore
 # ``blackhole`` (packets dropped: connections hang until the network is back).
 @pytest.mark.parametrize("how", ["reset", "blackhole"])
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+@pytest.mark.duration(43)
 def test_a_30s_broker_outage_is_ridden_out_and_the_output_is_complete(
     proxied, worker_factory, guarantee, how
 ):
@@ -156,6 +157,7 @@ def _time_to_process(worker, proxied: Proxied, count: int) -> float:  # type: ig
     return time.monotonic() - started
 
 
+@pytest.mark.duration(15)
 def test_a_slow_broker_lowers_throughput_and_breaks_nothing(proxied, worker_factory):
     worker = start_worker(worker_factory, proxied, "at_least_once")
     fast = _time_to_process(worker, proxied, 5000)

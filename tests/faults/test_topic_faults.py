@@ -23,6 +23,7 @@ APP = "tests.apps.counting:build"
 REPO = str(Path(__file__).resolve().parents[2])
 
 
+@pytest.mark.duration(11)
 def test_a_changelog_deleted_under_a_running_worker_stops_it_naming_the_topic(
     own_broker, worker_factory
 ):

@@ -27,6 +27,7 @@ def active_tasks(worker: WorkerProcess) -> set[str]:
     return {t["task_id"] for t in orjson.loads(body)["tasks"] if t["kind"] == "active"}
 
 
+@pytest.mark.duration(125)
 def test_a_rolling_restart_recycles_initial_standbys_and_restores_only_the_gap(
     own_broker, worker_factory
 ):
@@ -70,6 +71,7 @@ def _counts_reach(totals: dict, expected: dict) -> bool:
     return all(a in totals and totals[a]["count"] >= e["count"] for a, e in expected.items())
 
 
+@pytest.mark.duration(47)
 def test_a_corrupt_task_directory_is_wiped_before_the_join_and_restored(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap)
     w = worker_factory("w", settings={"bootstrap.servers": own_broker.bootstrap})
@@ -104,6 +106,7 @@ def test_a_corrupt_task_directory_is_wiped_before_the_join_and_restored(own_brok
     )
 
 
+@pytest.mark.duration(23)
 def test_an_initial_standby_assigned_elsewhere_is_closed_and_later_cleaned(
     own_broker, worker_factory
 ):
