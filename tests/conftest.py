@@ -1,4 +1,10 @@
-"""Shared fixtures: one embedded broker per test session, started by the tests themselves."""
+"""Shared fixtures: one embedded broker per test session, started by the tests themselves.
+
+Under ``pytest -n N`` (``make test``) each xdist worker is its own session, so it starts
+its own broker on its own port (see tests/support/ports.py) and stops it by PID at the
+end; tmp dirs are per worker, and application ids and topic names carry a uuid or live on
+a test's own broker, so nothing is shared between workers but the machine.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import PortRegistry, run_directory
 from worker.dev.broker import EmbeddedBroker
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.scheduling"]
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def ports(tmp_path_factory: pytest.TempPathFactory) -> PortRegistry:
+    return PortRegistry(run_directory(tmp_path_factory) / "ports")
+
+
+@pytest.fixture(scope="session")
+def broker(
+    tmp_path_factory: pytest.TempPathFactory, ports: PortRegistry
+) -> Iterator[EmbeddedBroker]:
     log = Path(tmp_path_factory.mktemp("broker")) / "broker.log"
-    with EmbeddedBroker(log_path=log) as running:
+    with EmbeddedBroker(port=ports.take(), log_path=log) as running:
         yield running
 
 
@@ -25,7 +39,7 @@ def bootstrap(broker: EmbeddedBroker) -> str:
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+def own_broker(tmp_path: Path, ports: PortRegistry) -> Iterator[EmbeddedBroker]:
     """A broker for this test alone: for tests that use fixed topic names (the example app)."""
-    with EmbeddedBroker(log_path=tmp_path / "own-broker.log") as running:
+    with EmbeddedBroker(port=ports.take(), log_path=tmp_path / "own-broker.log") as running:
         yield running

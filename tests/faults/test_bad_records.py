@@ -66,6 +66,7 @@ def output_ids(bootstrap: str) -> Counter[int]:
     )
 
 
+@pytest.mark.duration(10)
 def test_dead_letter_sends_every_bad_record_to_the_dlq_exactly_once(own_broker, worker_factory):
     bootstrap = own_broker.bootstrap
     create_topics(bootstrap)

@@ -18,11 +18,12 @@ import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.ports import PortRegistry
 from tests.support.proxy import TcpProxy
 from tests.support.transaction_log import read_committed_topic
 from tests.support.waiting import wait_until
 from worker.config import load
-from worker.dev.broker import EmbeddedBroker, free_port
+from worker.dev.broker import EmbeddedBroker
 from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
@@ -63,9 +64,11 @@ class Proxied:
 
 
 @pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[Proxied]:
-    broker_port = free_port()
-    with TcpProxy("127.0.0.1", broker_port) as proxy:
+def proxied(tmp_path: Path, ports: PortRegistry) -> Iterator[Proxied]:
+    broker_port = ports.take()
+    # The proxy listens on the same port again after each cut: a registry port, so no
+    # other test of the run can take it in between.
+    with TcpProxy("127.0.0.1", broker_port, port=ports.take()) as proxy:
         broker = EmbeddedBroker(
             port=broker_port, log_path=tmp_path / "broker.log", advertised_port=proxy.port
         )
@@ -107,6 +110,7 @@ def ride_out_outage(worker, proxied: Proxied, how: str) -> None:  # type: ignore
 # ``blackhole`` (packets dropped: connections hang until the network is back).
 @pytest.mark.parametrize("how", ["reset", "blackhole"])
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+@pytest.mark.duration(43)
 def test_a_30s_broker_outage_is_ridden_out_and_the_output_is_complete(
     proxied, worker_factory, guarantee, how
 ):
@@ -152,6 +156,7 @@ def _time_to_process(worker, proxied: Proxied, count: int) -> float:  # type: ig
     return time.monotonic() - started
 
 
+@pytest.mark.duration(15)
 def test_a_slow_broker_lowers_throughput_and_breaks_nothing(proxied, worker_factory):
     worker = start_worker(worker_factory, proxied, "at_least_once")
     fast = _time_to_process(worker, proxied, 5000)

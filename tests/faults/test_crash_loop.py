@@ -117,6 +117,7 @@ def _crash_loop(own_broker, worker_factory, guarantee: str) -> tuple[Inputs, lis
     return inputs, workers
 
 
+@pytest.mark.duration(62)
 def test_exactly_once_survives_ten_random_kills_with_exactly_one_result_per_input(
     own_broker, worker_factory
 ):
@@ -166,6 +167,7 @@ def _stores_after_clean_stop(workers: list[WorkerProcess], application_id: str) 
     return merged
 
 
+@pytest.mark.duration(62)
 def test_at_least_once_survives_the_same_kills_losing_nothing(
     own_broker, worker_factory, record_property
 ):

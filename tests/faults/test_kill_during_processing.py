@@ -41,6 +41,7 @@ def _assert_stores_match_their_offsets(state_dir, application_id, bootstrap):
     assert checked >= PARTITIONS, "the kill should leave committed state behind"
 
 
+@pytest.mark.duration(50)
 def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
     own_broker, worker_factory
 ):

@@ -18,6 +18,7 @@ BATCH = 2000
 APP = "worker.examples.counting:build"
 
 
+@pytest.mark.duration(10)
 def test_a_restore_killed_midway_resumes_from_its_last_written_batch(own_broker, worker_factory):
     settings = load(None, {"bootstrap.servers": own_broker.bootstrap}, environ={}).settings
     changelog = f"{worker_factory.application_id}-{counting.COUNTS}-changelog"

@@ -139,6 +139,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(mount_point)], check=False)
 
 
+@pytest.mark.duration(14)
 def test_a_full_disk_stops_the_worker_clearly_and_leaves_no_corrupt_store(
     own_broker, worker_factory, small_disk
 ):
@@ -171,6 +172,7 @@ def test_a_full_disk_stops_the_worker_clearly_and_leaves_no_corrupt_store(
     assert str(small_disk / "state") in error, error
 
 
+@pytest.mark.duration(14)
 def test_a_read_only_state_dir_stops_the_worker_clearly_and_leaves_no_corrupt_store(
     own_broker, worker_factory
 ):

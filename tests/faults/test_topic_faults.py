@@ -20,6 +20,7 @@ pytestmark = pytest.mark.faults
 APP = "worker.examples.counting:build"
 
 
+@pytest.mark.duration(11)
 def test_a_changelog_deleted_under_a_running_worker_stops_it_naming_the_topic(
     own_broker, worker_factory
 ):

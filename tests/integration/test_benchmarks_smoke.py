@@ -69,6 +69,7 @@ def _summary_rows(report: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.timeout(330)
+@pytest.mark.duration(180)
 def test_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(

@@ -428,16 +428,19 @@ def check(outcome: Outcome, exactly_once: bool) -> None:
         assert w.terminate() == 0, f"{w.name}: a clean stop exits 0"
 
 
+@pytest.mark.duration(38)
 def test_scale_out_stops_only_the_tasks_that_move(own_broker, worker_factory):
     outcome = scale_out(own_broker.bootstrap, worker_factory, "at_least_once")
     check(outcome, exactly_once=False)
 
 
+@pytest.mark.duration(22)
 def test_rolling_restart_stops_only_the_restarted_workers_tasks(own_broker, worker_factory):
     outcome = rolling_restart(own_broker.bootstrap, worker_factory, "at_least_once")
     check(outcome, exactly_once=False)
 
 
+@pytest.mark.duration(37)
 def test_exactly_once_scale_out_keeps_one_output_per_input(own_broker, worker_factory):
     outcome = scale_out(own_broker.bootstrap, worker_factory, "exactly_once_v2")
     check(outcome, exactly_once=True)

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.integration
 EOS = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200}
 
 
+@pytest.mark.duration(13)
 def test_two_exactly_once_workers_produce_exactly_the_reference(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap)
     settings = {**EOS, "bootstrap.servers": own_broker.bootstrap}

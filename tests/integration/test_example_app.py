@@ -12,6 +12,7 @@ pytestmark = pytest.mark.integration
 FAST = {"commit.interval.ms": 500}
 
 
+@pytest.mark.duration(14)
 def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap)
     settings = {**FAST, "bootstrap.servers": own_broker.bootstrap}
@@ -50,6 +51,7 @@ def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_
     assert data.totals_from_changelog(worker_factory.application_id) == expected_totals
 
 
+@pytest.mark.duration(12)
 def test_a_clean_restart_restores_nothing_that_was_committed(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap)
     w = worker_factory("solo", settings={**FAST, "bootstrap.servers": own_broker.bootstrap})

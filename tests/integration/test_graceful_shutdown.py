@@ -71,6 +71,7 @@ class QueryHammer:
                     connection.close()
 
 
+@pytest.mark.duration(18)
 def test_sigterm_commits_writes_checkpoints_leaves_and_the_next_start_restores_nothing(
     own_broker, worker_factory
 ):

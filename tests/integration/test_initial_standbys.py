@@ -27,6 +27,7 @@ def active_tasks(worker: WorkerProcess) -> set[str]:
     return {t["task_id"] for t in orjson.loads(body)["tasks"] if t["kind"] == "active"}
 
 
+@pytest.mark.duration(125)
 def test_a_rolling_restart_recycles_initial_standbys_and_restores_only_the_gap(
     own_broker, worker_factory
 ):
@@ -70,6 +71,7 @@ def _counts_reach(totals: dict, expected: dict) -> bool:
     return all(a in totals and totals[a]["count"] >= e["count"] for a, e in expected.items())
 
 
+@pytest.mark.duration(47)
 def test_a_corrupt_task_directory_is_wiped_before_the_join_and_restored(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap)
     w = worker_factory("w", settings={"bootstrap.servers": own_broker.bootstrap})
@@ -104,6 +106,7 @@ def test_a_corrupt_task_directory_is_wiped_before_the_join_and_restored(own_brok
     )
 
 
+@pytest.mark.duration(23)
 def test_an_initial_standby_assigned_elsewhere_is_closed_and_later_cleaned(
     own_broker, worker_factory
 ):
@@ -127,9 +130,19 @@ def test_an_initial_standby_assigned_elsewhere_is_closed_and_later_cleaned(
         message="a and b share the tasks",
     )
     assert a.metric("worker_initial_standbys_created_total") == 4
-    assert a.metric("worker_initial_standbys_recycled_total", into="active") == 2
     assert a.metric("worker_initial_standbys_closed_total") == 2
     kept = active_tasks(a)
+    # The two tasks a ends up with are the ones whose initial standbys it recycled. b
+    # owned all four when a came back, so each reaches a in two rounds (planner step f):
+    # either a's first assignment is already the follow-up round's and recycles them
+    # into actives, or a receives the first round's assignment too, which gives it a
+    # standby of each withheld task, and promotes those a round later. Which of the two
+    # a sees is a race in the test broker between a's SyncGroup and b's follow-up join
+    # (a loaded machine tips it), so both are accepted; the recycled tasks are not.
+    recycled = [e for e in a.log_events() if e.get("event") == "initial_standby.recycled"]
+    assert {e["task_id"] for e in recycled} == kept, recycled
+    assert a.metric("worker_initial_standbys_recycled_total") == 2
+    assert {e["into"] for e in recycled} <= {"active", "standby"}, recycled
     app_dir = a.state_dir / worker_factory.application_id
     wait_until(
         lambda: {p.name for p in app_dir.iterdir() if p.is_dir()} == kept,

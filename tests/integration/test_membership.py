@@ -264,6 +264,7 @@ def test_when_a_member_leaves_the_other_keeps_its_tasks_and_gets_every_task(
     assert a[0].committed([(topic, 3)]) == {(topic, 3): 99}
 
 
+@pytest.mark.duration(11)
 def test_a_newcomer_gets_tasks_in_a_follow_up_round_after_their_owner_revoked_them(
     group: Group,
 ) -> None:
@@ -309,6 +310,7 @@ def test_a_restarted_member_removes_its_crashed_predecessor_before_joining(
     assert crashed_id != restarted[0].member_id
 
 
+@pytest.mark.duration(11)
 def test_a_stale_members_commit_raises_task_migrated(group: Group) -> None:
     first = group.join("a")
     second = group.join("b")
@@ -415,6 +417,7 @@ def _newer(pairs: Sequence[Pair], member: GroupMember, generation: int) -> Calla
     return lambda: settled(pairs) and member.generation > generation
 
 
+@pytest.mark.duration(11)
 def test_a_requested_rebalance_brings_every_member_into_a_new_generation(group: Group) -> None:
     pairs = [group.join("a"), group.join("b")]
     drive(pairs, lambda: settled(pairs), "two members to settle")

@@ -193,6 +193,7 @@ def test_a_failed_write_reports_exactly_what_was_acknowledged(spark, bootstrap):
     assert f"{summary.total_acked} of {len(rows)} rows acknowledged" in str(failed.value)
 
 
+@pytest.mark.duration(15)
 def test_the_cli_exits_1_on_a_failed_write_and_3_when_rejected(tmp_path, bootstrap):
     settings = settings_for(bootstrap)
     topic = new_topic(settings)
@@ -296,6 +297,7 @@ def run_cli_load(bootstrap: str, inputs: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.duration(39)
 def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_exactly(
     own_broker, worker_factory, tmp_path
 ):

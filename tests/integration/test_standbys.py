@@ -131,6 +131,7 @@ def _process_with_standbys_in_sync(data, workers, payments: int):
     return before
 
 
+@pytest.mark.duration(19)
 def test_every_task_has_a_standby_elsewhere_and_a_killed_worker_fails_over_to_them(
     three, worker_factory
 ):
@@ -149,6 +150,7 @@ def test_every_task_has_a_standby_elsewhere_and_a_killed_worker_fails_over_to_th
     )
 
 
+@pytest.mark.duration(18)
 def test_graceful_scale_in_moves_actives_to_standbys_and_reprocesses_nothing(three, worker_factory):
     data, workers = three
     before = _process_with_standbys_in_sync(data, workers, 4000)
@@ -165,6 +167,7 @@ def test_graceful_scale_in_moves_actives_to_standbys_and_reprocesses_nothing(thr
     )
 
 
+@pytest.mark.duration(19)
 def test_scale_out_warms_up_the_newcomer_before_moving_any_active(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap, accounts=3000)
     settings = {

@@ -37,6 +37,7 @@ def listing(worker: WorkerProcess) -> dict[str, Any]:
     return orjson.loads(result.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.duration(14)
 def test_list_and_wipe_around_a_running_worker(own_broker, worker_factory):
     data = example_data(own_broker.bootstrap, accounts=40)
     settings = {"bootstrap.servers": own_broker.bootstrap, "commit.interval.ms": 200}

@@ -134,6 +134,7 @@ def librdkafka_partitions(producer: Producer, topic: str, keys: list[bytes]) -> 
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(keys=st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=100, unique=True))
+@pytest.mark.duration(42)
 def test_a_spark_load_writes_every_key_where_the_worker_and_librdkafka_put_it(
     spark: Any, bootstrap: str, murmur2_producer: Producer, keys: list[str]
 ) -> None:

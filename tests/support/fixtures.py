@@ -9,7 +9,8 @@ Registered from tests/conftest.py (``pytest_plugins``). Each test gets its own f
         assert a.metric("worker_tasks", kind="active") + b.metric(...) == 8
 
 Every worker of one test shares the factory's ``application_id`` (one group, one set of
-changelog topics, unique to the test) and gets its own free HTTP port and state dir under
+changelog topics, unique to the test) and gets its own HTTP port (from the run's
+``ports`` registry: never given to another test, even under xdist) and state dir under
 the test's tmp dir. ``bootstrap.servers`` defaults to the session broker, which is only
 started when a worker needs it. At teardown every process the factory started is
 SIGKILLed by its PID; when the test failed, the tail of each worker's log is attached to
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.dev.broker import free_port
+from tests.support.ports import PortRegistry
 from worker.dev.processes import WorkerProcess
 
 # Settings that make group membership quick on the test broker (see platform-facts.md:
@@ -45,6 +46,7 @@ class WorkerFactory:
         self.application_id = f"test-{uuid.uuid4().hex[:10]}"
         self.workers: list[WorkerProcess] = []
         self._bootstrap: str | None = None
+        self._ports: PortRegistry = request.getfixturevalue("ports")
 
     @property
     def bootstrap(self) -> str:
@@ -80,7 +82,7 @@ class WorkerFactory:
         home = self.base_dir / name
         process = WorkerProcess(
             state_dir=state_dir or home / "state",
-            http_port=free_port(),
+            http_port=self._ports.take(),
             settings=merged,
             args=args,
             log_path=home / "worker.log",

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.support.ports import PortRegistry
 from worker import __version__
 from worker.assignment.task_id import TaskId
-from worker.dev.broker import free_port
 from worker.state.checkpoint import write_checkpoint
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import MiB, RocksDBEnv
@@ -118,8 +118,10 @@ def test_list_as_text_names_the_source_of_the_offsets(root: Path) -> None:
     assert "store counts" in result.stdout
 
 
-def test_list_without_a_reachable_broker_says_the_lag_is_unknown(root: Path) -> None:
-    unreachable = f"127.0.0.1:{free_port()}"
+def test_list_without_a_reachable_broker_says_the_lag_is_unknown(
+    root: Path, ports: PortRegistry
+) -> None:
+    unreachable = f"127.0.0.1:{ports.take()}"
     result = state(root, "list", "--json", "--timeout", "0.5", "--set",
                    f"bootstrap.servers={unreachable}")  # fmt: skip
     assert result.returncode == 0, result.stderr
