@@ -68,8 +68,11 @@ def _summary_rows(report: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.timeout(330)
-@pytest.mark.duration(180)
+# ~180 s alone; 202-234 s in `make test`, where it shares two cores with five other test
+# processes (nothing here asserts a duration). The timeouts only catch a hang, with room
+# for a loaded machine.
+@pytest.mark.timeout(510)
+@pytest.mark.duration(220)
 def test_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
@@ -77,7 +80,7 @@ def test_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path) ->
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=480,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 

@@ -12,7 +12,9 @@ time to whichever xdist worker has room, except that a module in WHOLE_MODULES g
 to one worker. xdist's own loadgroup would do that for tests marked ``xdist_group``, but
 with pytest 9.2 it silently ignores the mark (pytest-xdist issue #1386: it tags the group
 onto the node id, which pytest 9.2 no longer lets a plugin change), so this plugin
-supplies the ``loadgroup`` scheduler and names the modules here instead.
+supplies the ``loadgroup`` scheduler and names the modules here instead (seen with pytest
+9.2.0 and pytest-xdist 3.8.0: a marked module's tests ran on every worker). It does not
+read ``xdist_group`` marks: the xdist controller that schedules never sees the items.
 """
 
 from __future__ import annotations
