@@ -15,7 +15,8 @@ timing, otherwise defaults (``max.warmup.replicas`` 2, ``acceptable.recovery.lag
   the leave's rebalance and the rejoin's in separate windows; restarted at once, both
   would fall into one window and neither could be told apart.
 - **Scale-out**: one worker, ready before the input starts; a second and a third start
-  ``scale_seconds`` apart.
+  ``scale_seconds`` apart, or later when the tasks have not spread over the workers by
+  then (a loaded machine): each event's window holds its whole move.
 - **Kill -9**: three workers; one is SIGKILLed, stays dead for ``kill_seconds`` (its
   group session has to expire first), then is started again over its state dir (the
   restart after a crash is the scenario's second event); ``event_seconds`` follow.
@@ -582,6 +583,7 @@ def scale_out(ctx: RunContext, params: Params) -> ScenarioOutcome:
     for name in names[1:]:
         group.start(name)
         group.pause(params.scale_seconds)
+        group.wait_balanced()  # a move still under way would fall outside its window
     return group.finish("scale_out")
 
 
@@ -643,7 +645,8 @@ def _setup(key: str, params: Params) -> str:
     if key == "scale_out":
         return (
             f"1 worker, ready before the input starts; then {params.workers - 1} more, "
-            f"{params.scale_seconds:g} s apart (the last one's window as long)."
+            f"{params.scale_seconds:g} s apart, each once the tasks have spread (the last "
+            "one's window as long)."
         )
     then = "left dead to the end"
     if params.restart_killed:

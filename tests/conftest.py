@@ -12,11 +12,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.ports import PortRegistry, run_directory
 from worker.dev.broker import EmbeddedBroker
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.scheduling"]
+
+# Six test processes share two cores under `make test`: how fast hypothesis generates
+# inputs then says nothing about the code under test (a planner test once generated 8
+# inputs in its first second and failed the too_slow health check). Deadlines off for
+# the same reason; the properties themselves are unchanged.
+settings.register_profile(
+    "shared_machine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("shared_machine")
 
 
 @pytest.fixture(scope="session")

@@ -113,7 +113,9 @@ def fuzz_harness(tmp_path: Path) -> Iterator[Any]:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     records=st.lists(
