@@ -79,10 +79,6 @@ class StateMachine(Generic[S]):
     def state(self) -> S:
         return self._state
 
-    def can(self, target: S) -> bool:
-        """Whether ``transition(target)`` would be accepted now."""
-        return target in self._allowed[self._state] or (self._repeat_ok and target is self._state)
-
     def transition(self, target: S, reason: str = "", **context: Any) -> None:
         """Move to ``target``; log and count it. Raises IllegalTransition if not allowed."""
         if target is self._state and self._repeat_ok:
