@@ -12,6 +12,7 @@ BENCHMARK_NAMES = (
     "scale_out",
     "availability",
     "throughput",
+    "count_sum",
     "restore",
     "memory",
     "initial_standbys",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from worker.processing import ProcessorContext, Topology
-from worker.serde import BYTES
+from worker.serde import BYTES, JSON, STR
 
 MEMORY_TOPIC = "memory-input"
 MEMORY_STORE = "blobs"
@@ -20,4 +22,33 @@ def memory_app() -> Topology:
         .add_source("blobs-in", MEMORY_TOPIC, key_serde=BYTES, value_serde=BYTES)
         .add_store(MEMORY_STORE, key_serde=BYTES, value_serde=BYTES)
         .add_processor("keep", keep_latest, parents=["blobs-in"], stores=[MEMORY_STORE])
+    )
+
+
+SUMS_INPUT = "amounts"
+SUMS_OUTPUT = "amount-totals"
+SUMS_STORE = "totals"
+
+
+def count_and_sum(ctx: ProcessorContext, key: str, value: dict[str, Any]) -> None:
+    """Count and sum the amounts per key; forward the new totals (one output per input)."""
+    totals = ctx.store(SUMS_STORE)
+    current = totals.get(key)
+    amount = value["amount"]
+    if current is None:
+        current = {"count": 1, "sum": amount}
+    else:
+        current = {"count": current["count"] + 1, "sum": current["sum"] + amount}
+    totals.put(key, current)
+    ctx.forward(key, current)
+
+
+def count_and_sum_app() -> Topology:
+    """The issue 14 workload, as a user would write it against the public topology API."""
+    return (
+        Topology()
+        .add_source("amounts-in", SUMS_INPUT, key_serde=STR, value_serde=JSON)
+        .add_store(SUMS_STORE, key_serde=STR, value_serde=JSON)
+        .add_processor("sum", count_and_sum, parents=["amounts-in"], stores=[SUMS_STORE])
+        .add_sink("totals-out", SUMS_OUTPUT, parents=["sum"], key_serde=STR, value_serde=JSON)
     )

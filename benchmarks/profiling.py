@@ -133,7 +133,14 @@ def parse_frame(frame: str) -> _Frame:
     file = match.group("file")
     parts = Path(file).parts
     path = Path(file).name
-    for anchor in ("worker", "confluent_kafka", "rocksdict", "kafka", "prometheus_client"):
+    for anchor in (
+        "worker",
+        "benchmarks",
+        "confluent_kafka",
+        "rocksdict",
+        "kafka",
+        "prometheus_client",
+    ):
         if anchor in parts:
             path = "/".join(parts[len(parts) - 1 - parts[::-1].index(anchor) :])
             break

@@ -76,11 +76,11 @@ class Measured:
 
     @property
     def ceiling_rates(self) -> list[float]:
-        return [_rate(s, self.params.payments) for s in self.ceilings]
+        return [rate_of(s, self.params.payments) for s in self.ceilings]
 
     @property
     def worker_rates(self) -> list[float]:
-        return [_rate(s, self.params.payments) for s, _ in self.workers]
+        return [rate_of(s, self.params.payments) for s, _ in self.workers]
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     workers: list[tuple[Samples, float]] = []
     for i in range(params.runs):
         ceilings.append(consume_and_produce(bootstrap, app.PAYMENTS, "ceiling-out"))
-        workers.append(_worker_run(ctx, bootstrap, f"worker-{i + 1}", settings, params.payments))
+        workers.append(worker_run(ctx, bootstrap, f"worker-{i + 1}", settings, params.payments))
     ceilings.append(consume_and_produce(bootstrap, app.PAYMENTS, "ceiling-out"))
     profile = _profile(ctx, bootstrap, settings, params) if ctx.profile else None
     return Measured(params, ceilings, workers, profile)
@@ -174,7 +174,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     return result
 
 
-def _rate(samples: list[tuple[float, float]], total: int) -> float:
+def rate_of(samples: list[tuple[float, float]], total: int) -> float:
     """The steady rate; for a run over within one sampling interval (quick mode's tiny
     input on a fast worker), the rate from its first sample to its last instead."""
     try:
@@ -184,20 +184,21 @@ def _rate(samples: list[tuple[float, float]], total: int) -> float:
         return (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
 
 
-def _worker_run(
+def worker_run(
     ctx: RunContext,
     bootstrap: str,
     name: str,
     overrides: dict[str, object],
     expected: int,
     profile_to: str | None = None,
+    app: str | None = None,
 ) -> tuple[list[tuple[float, float]], float]:
-    """One worker over the whole topic (a new group): (processed-counter samples, seconds
-    from launch to the last record). With ``profile_to``, py-spy samples it from its
-    first processed record to its last."""
+    """One worker of ``app`` (default: the example app) over the whole topic, a new
+    group: (processed-counter samples, seconds from launch to the last record). With
+    ``profile_to``, py-spy samples it from its first processed record to its last."""
     settings = worker_settings(bootstrap, new_application_id("bench-throughput"), overrides)
     launched = time.monotonic()
-    worker = start_worker(ctx, name, settings)
+    worker = start_worker(ctx, name, settings, app)
     processed = lambda: metric_or_zero(worker, "worker_processed_records_total")  # noqa: E731
     timeout = max(120.0, expected / 2000)
     with Sampler(lambda: worker.metric("worker_processed_records_total"), 0.1) as sampler:
@@ -235,18 +236,26 @@ COMMIT = "commits (changelog records produced, producer flushed, RocksDB batches
 READS = "RocksDB point reads (read-cache misses)"
 FRAMEWORK = "per-record framework code (routing, graph, context, store buffer, read cache)"
 LOOP = "the loop's own work (group and producer polls, metrics)"
-CATEGORIES = [
-    profiling.Category(COMMIT, under=("TaskCommitter.commit",)),
-    profiling.Category(FETCHING, leaf_functions=("DataConsumer.consume",)),
-    profiling.Category(
-        SERDES,
-        leaf_files=("worker/serde.py",),
-        leaf_code=("decode_value", "encode_value", "decode_key", "encode_key"),
-    ),
-    profiling.Category(READS, leaf_functions=("Store._read_committed",)),
-    profiling.Category(APP, leaf_files=("worker/examples/payments.py",)),
-    profiling.Category(FRAMEWORK, under=("RecordRouter.process",)),
-]
+
+
+def categories(app_label: str, app_file: str) -> list[profiling.Category]:
+    """The kinds of work, with ``app_label`` for the samples whose innermost frame is in
+    ``app_file`` (the topology's own code)."""
+    return [
+        profiling.Category(COMMIT, under=("TaskCommitter.commit",)),
+        profiling.Category(FETCHING, leaf_functions=("DataConsumer.consume",)),
+        profiling.Category(
+            SERDES,
+            leaf_files=("worker/serde.py",),
+            leaf_code=("decode_value", "encode_value", "decode_key", "encode_key"),
+        ),
+        profiling.Category(READS, leaf_functions=("Store._read_committed",)),
+        profiling.Category(app_label, leaf_files=(app_file,)),
+        profiling.Category(FRAMEWORK, under=("RecordRouter.process",)),
+    ]
+
+
+CATEGORIES = categories(APP, "worker/examples/payments.py")
 
 
 def _profile(
@@ -254,7 +263,7 @@ def _profile(
 ) -> Profile:
     """A second, profiled worker run over the same input (its own group); not measured."""
     sources = profiling.snapshot_sources()
-    _worker_run(ctx, bootstrap, "profiled-worker", settings, params.payments, "throughput")
+    worker_run(ctx, bootstrap, "profiled-worker", settings, params.payments, "throughput")
     raw = ctx.path("profiles", "throughput.txt")
     summary = profiling.summarise(raw, "ProcessingLoop.run", sources)
     shares = dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP))

@@ -97,12 +97,15 @@ class FakeCollector:
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
         self.sent.append(SentRecord(topic, None, key, value, headers))
 
-    def send_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+    def send_changelog(
+        self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+    ) -> None:
         tp = (topic, partition)
-        offset = self.next_offsets.get(tp, 0)
-        self.next_offsets[tp] = offset + 1
-        self.changelog.append(SentRecord(topic, partition, key, value, None, offset))
-        self._unacked.append((tp, offset))
+        for key, value in records:
+            offset = self.next_offsets.get(tp, 0)
+            self.next_offsets[tp] = offset + 1
+            self.changelog.append(SentRecord(topic, partition, key, value, None, offset))
+            self._unacked.append((tp, offset))
 
     def poll(self) -> None:
         self.polls += 1

@@ -17,7 +17,7 @@ import contextlib
 import ctypes
 import enum
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,9 +180,21 @@ class TransactionalCollector(RecordCollector):
             raise transaction_error(exc, "begin_transaction") from exc
         self._fsm.transition(TxnState.IN_TRANSACTION)
 
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
+        self._begin()
+        super().send(topic, key, value, headers)
+
+    def send_changelog(
+        self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+    ) -> None:
+        self._begin()
+        super().send_changelog(topic, partition, records)
+
     def _produce(self, *args: Any, **kwargs: Any) -> None:
         """Send inside the open transaction (opening one first). Raises TransactionAborted
-        when no transaction can be opened, ProducerFenced when the producer is dead."""
+        when no transaction can be opened, ProducerFenced when the producer is dead.
+        ``send`` and ``send_changelog`` open it first too, then call the producer
+        directly; their errors come here."""
         self._begin()
         try:
             super()._produce(*args, **kwargs)

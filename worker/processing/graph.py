@@ -1,12 +1,13 @@
 """One task's instance of a sub-topology: source topic in, processors, stores, sinks out.
 
-Built once per task. The per-record path (issue 8) is one closure per source, fetched
-once per run of records from one partition (:meth:`TaskGraph.runner`): a size check, the
-two deserialisations as the C functions behind the built-in serdes, and direct calls
-down the graph, with no allocation beyond what the user's code does. Record metadata is
-read from the record itself only when a processor asks for it. Bad input leaves that path
-only when it happens: the ``try`` around the deserialisation costs nothing until
-something raises.
+Built once per task. The per-record path (issues 8 and 14) is one closure per source,
+fetched once per run of records from one partition (:meth:`TaskGraph.runner`) and called
+with the consumer's own ``Message`` (it already has the methods of :class:`Record`): a
+size check, the two deserialisations as the C functions behind the built-in serdes, and
+direct calls down the graph, with no allocation beyond what the user's code does.
+Record metadata is read from the record itself only when a processor asks for it. Bad
+input leaves that path only when it happens: the ``try`` around the deserialisation
+costs nothing until something raises.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ class TaskGraph:
         record and applies the processing policy.
         """
         self._runners[topic](_Record(topic, partition, offset, timestamp, key, value, headers))
+
+    def runner(self, topic: str) -> Runner:
+        """The function that runs one record of ``topic`` through the graph, as
+        :meth:`process` does; the task calls it for each record of a run."""
+        return self._runners[topic]
 
     def _source_runner(self, source: SourceNode, node: Node) -> Runner:
         ctx = self.context

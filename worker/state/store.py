@@ -279,26 +279,40 @@ class Store:
 
     def _remember(self, key: bytes, value: bytes | None) -> None:
         size = len(key) + (0 if value is None else len(value)) + _CACHE_ENTRY_BYTES
-        share = self._env.read_cache_share
-        if size > share:
+        if size > self._env.read_cache_share:
             return
-        used = self._cache_bytes + size
-        if used > share:  # full: start again (cheaper per read than keeping an LRU order)
-            self._cache.clear()
-            used = size
         self._cache[key] = value
-        self._cache_bytes = used
+        self._cache_bytes += size
+        if self._cache_bytes > self._env.read_cache_share:
+            self._trim_cache()
 
     def _cache_committed(self) -> None:
         """The buffer was just committed: its values are RocksDB's now, keep them."""
-        added = self._pending_bytes + len(self._buffer) * _CACHE_ENTRY_BYTES
-        share = self._env.read_cache_share
-        if self._cache_bytes + added > share:
-            self._forget_cached()
-            if added > share:
-                return
         self._cache.update(self._buffer)
-        self._cache_bytes += added
+        self._cache_bytes += self._pending_bytes + len(self._buffer) * _CACHE_ENTRY_BYTES
+        if self._cache_bytes > self._env.read_cache_share:
+            self._trim_cache()
+
+    def _trim_cache(self) -> None:
+        """Over its share: keep the entries added last, up to half the share.
+
+        Half, so that a trim (one pass over the cache) comes at most once per half a
+        share of new entries; with a key space larger than the cache, emptying it instead
+        (as before issue 14) made every read after a commit a RocksDB point read.
+        """
+        budget = self._env.read_cache_share // 2
+        entries = list(self._cache.items())
+        kept = 0
+        first = len(entries)
+        while first > 0:
+            key, value = entries[first - 1]
+            size = len(key) + (0 if value is None else len(value)) + _CACHE_ENTRY_BYTES
+            if kept + size > budget:
+                break
+            kept += size
+            first -= 1
+        self._cache = dict(entries[first:])
+        self._cache_bytes = kept
 
     def _forget_cached(self) -> None:
         self._cache.clear()

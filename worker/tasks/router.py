@@ -32,28 +32,39 @@ class RecordRouter:
         self._log = get_logger(component="router")
 
     def process(self, messages: list[Any]) -> int:
-        """Route each record to its task. Returns how many were processed.
+        """Route each run of records from one partition to its task. Returns how many
+        were processed.
 
         A record whose processing raises revives its task (see ``_processing_failed``);
-        the rest of the batch for a revived task is dropped with its partitions. Raises
-        RecordFailed where a record's policy is ``fail``, and the worker's own errors.
+        the rest of the batch for a revived task is dropped with its partitions (a revived
+        task's partitions leave the route until it runs again). Raises RecordFailed where
+        a record's policy is ``fail``, and the worker's own errors.
         """
         route = self._tasks.route
         processed = 0
-        for msg in messages:
+        i, end = 0, len(messages)
+        while i < end:
+            msg = messages[i]
             task = route.get((msg.topic(), msg.partition()))
-            if task is not None:  # records of a just-revoked partition are dropped
-                try:
-                    task.process(msg)
-                except OutputFailed as exc:
-                    self._output_failed(exc)
-                    continue
-                except WorkerError:
-                    raise  # the worker's own failure (or a fail policy), not the record's
-                except Exception as exc:
-                    self._processing_failed(task, msg, exc)
-                    continue
-                processed += 1
+            if task is None:  # records of a just-revoked partition are dropped
+                i += 1
+                continue
+            try:
+                after = task.process_run(messages, i)
+            except OutputFailed as exc:
+                processed += task.failed_at - i
+                i = task.failed_at + 1
+                self._output_failed(exc)
+                continue
+            except WorkerError:
+                raise  # the worker's own failure (or a fail policy), not the record's
+            except Exception as exc:
+                processed += task.failed_at - i
+                i = task.failed_at + 1
+                self._processing_failed(task, messages[i - 1], exc)
+                continue
+            processed += after - i
+            i = after
         if processed:
             self._counted(processed)
         return processed

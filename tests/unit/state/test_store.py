@@ -520,6 +520,26 @@ def test_the_read_cache_stays_within_the_stores_share_of_the_bound(tmp_path: Pat
     assert env.read_cache_share == env.read_cache_bytes
 
 
+def test_a_full_read_cache_keeps_the_values_read_last(tmp_path: Path) -> None:
+    env = RocksDBEnv(4 * MiB, read_cache_ratio=0.125)  # one store: a 512 KiB share
+    store = Store.open(tmp_path / "one", env, "one")
+    try:
+        values = {b"key-%05d" % i: b"%05d" % i * 20 for i in range(8000)}  # ~1.7 MiB cached
+        for key, value in values.items():
+            store.put(key, value)
+        store.commit({T0: 1})
+        keys = list(values)
+        for key in keys:
+            store.get(key)
+
+        assert 0 < store.read_cache_bytes <= env.read_cache_share
+        cached = store._cache  # what a read finds without RocksDB
+        assert keys[-1] in cached and keys[-100] in cached
+        assert keys[0] not in cached
+    finally:
+        store.close()
+
+
 def test_interactive_reads_see_committed_data_only_whatever_the_owner_reads(store: Store) -> None:
     store.put(b"a", b"1")
     store.commit({T0: 1})

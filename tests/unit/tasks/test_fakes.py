@@ -61,7 +61,7 @@ def test_a_fake_has_every_public_method_of_its_adapter_with_the_same_parameters(
 def test_the_fake_collector_exposes_acked_offsets_like_the_real_one() -> None:
     collector = FakeCollector()
 
-    collector.send_changelog("log", 0, b"k", b"v")
+    collector.send_changelog("log", 0, [(b"k", b"v")])
     assert collector.acked == {}
     collector.flush(timeout=1.0)
 

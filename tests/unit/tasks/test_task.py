@@ -264,6 +264,48 @@ def test_produce_changelogs_sends_each_buffered_key_once_and_nothing_for_tables(
     ]
 
 
+def test_process_run_takes_the_records_of_one_partition_and_stops_where_the_next_begins(
+    task: Task, collector: FakeCollector
+) -> None:
+    run(task)
+    batch = [
+        event(0, "a", topic=LABELS, value="red"),
+        event(4, "a"),
+        event(5, "b"),
+        event(6, "a"),
+        event(1, "b", topic=LABELS, value="blue"),
+    ]
+
+    assert task.process_run(batch, 1) == 4
+    assert task.source_offsets_to_commit() == {EV: 7}
+    assert [r.value for r in collector.sent] == [
+        b'{"n":1,"label":null}',
+        b'{"n":1,"label":null}',
+        b'{"n":2,"label":null}',
+    ]
+    assert task.process_run(batch, 4) == 5
+    assert task.source_offsets_to_commit() == {EV: 7, LB: 2}
+
+
+def test_a_failing_record_ends_the_run_with_its_index_and_the_records_before_it_consumed(
+    task: Task, collector: FakeCollector
+) -> None:
+    run(task)
+    batch = [
+        event(4, "a"),
+        event(5, "b"),
+        FakeMessage(EVENTS, 1, 6, b"c", b"{not json"),
+        event(7, "d"),
+    ]
+
+    with pytest.raises(Exception, match="JSON|json"):
+        task.process_run(batch, 0)
+
+    assert task.failed_at == 2
+    assert task.source_offsets_to_commit() == {EV: 6}
+    assert len(collector.sent) == 2
+
+
 def test_commit_stores_uses_the_acked_offset_for_stores_and_the_consumed_one_for_tables(
     task: Task,
 ) -> None:

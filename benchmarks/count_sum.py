@@ -1,0 +1,209 @@
+"""Count and sum per key at a small and a large key space, versus raw consume-and-produce.
+
+Issue 14, item 5: "a count-and-sum topology over 200k keys and 1M records: >= 0.20 of
+that ceiling". The topology (:func:`benchmarks.apps.count_and_sum_app`) is what a user
+would write against the public topology API: per record one store read, one write and
+one output (the new totals), at-least-once, a commit every 5 s, 4 partitions.
+
+Each key space gets its own broker and its own input (``records`` records, keys drawn
+uniformly from ``keys`` keys), read by
+
+* the ceiling: raw confluent-kafka consume-and-produce of the same records
+  (:func:`benchmarks.baselines.consume_and_produce`), before the worker run and after;
+* one worker, its rate the slope of ``worker_processed_records_total`` between 10% and
+  90% of the input, like :mod:`benchmarks.throughput`.
+
+With profiling on, a second worker run per key space is sampled by py-spy, and the
+commit's share is split into its steps: changelog records produced, the producer
+flushed (every record acknowledged), the RocksDB batches written, the offsets committed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from benchmarks import plots, profiling, throughput
+from benchmarks.apps import SUMS_INPUT, SUMS_OUTPUT
+from benchmarks.baselines import consume_and_produce
+from benchmarks.harness import Record, RunContext, create_topics, produce, start_broker
+from benchmarks.results import PlotPath, Result, Row, Target
+from worker.serde import JSON, STR
+
+NAME = "count_sum"
+TITLE = "Count and sum per key: small and large key spaces"
+APP = "benchmarks.apps:count_and_sum_app"
+PARTITIONS = 4
+TARGET = 0.20  # issue 14, at 200k keys
+
+APP_CODE = "the topology's own code (`benchmarks/apps.py`)"
+CATEGORIES = throughput.categories(APP_CODE, "benchmarks/apps.py")
+# The commit's steps (tasks/commit.py AtLeastOnceCommit), as shares of all busy samples.
+COMMIT_STEPS = [
+    profiling.Category("changelog records produced", under=("Task.produce_changelogs",)),
+    profiling.Category("producer flushed (waiting for acks)", under=("RecordCollector.flush",)),
+    profiling.Category("RocksDB batches written", under=("Task.commit_stores",)),
+    profiling.Category("source offsets committed", under=("GroupMember.commit",)),
+]
+OUTSIDE_COMMIT = "not committing"
+
+
+@dataclass(frozen=True)
+class Params:
+    records: int
+    key_spaces: tuple[int, ...]
+    commit_interval_ms: int = 5000
+
+
+FULL = Params(records=1_000_000, key_spaces=(10_000, 200_000))
+QUICK = Params(records=20_000, key_spaces=(100, 2_000), commit_interval_ms=1000)
+
+Samples = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Profile:
+    summary: profiling.Summary
+    shares: dict[str, float]  # category -> share of the busy samples
+    commit_steps: dict[str, float]  # commit step -> share of the busy samples
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """One key space's runs on its own broker."""
+
+    keys: int
+    ceilings: list[Samples]
+    worker: Samples
+    seconds: float  # worker launch to last record
+    profile: Profile | None
+
+    def ceiling_rate(self, records: int) -> float:
+        return max(throughput.rate_of(s, records) for s in self.ceilings)
+
+    def worker_rate(self, records: int) -> float:
+        return throughput.rate_of(self.worker, records)
+
+
+@dataclass(frozen=True)
+class Measured:
+    params: Params
+    spaces: list[KeySpace]
+
+
+def amount_records(records: int, keys: int, seed: int = 14) -> Iterator[Record]:
+    """``records`` amounts under keys drawn uniformly from ``keys`` keys."""
+    rng = random.Random(seed)
+    names = [STR.serialize(f"key-{i:07d}") for i in range(keys)]
+    for _ in range(records):
+        yield rng.choice(names), JSON.serialize({"amount": rng.randrange(1, 10_000)})  # type: ignore[misc]
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    settings: dict[str, object] = {
+        "commit.interval.ms": params.commit_interval_ms,
+        "num.standby.replicas": 0,
+    }
+    spaces = []
+    for keys in params.key_spaces:
+        broker = start_broker(ctx, f"broker-{keys}")
+        bootstrap = broker.bootstrap
+        create_topics(
+            bootstrap, {SUMS_INPUT: PARTITIONS, SUMS_OUTPUT: PARTITIONS, "ceiling-out": PARTITIONS}
+        )
+        produce(bootstrap, SUMS_INPUT, amount_records(params.records, keys))
+        ceilings = [consume_and_produce(bootstrap, SUMS_INPUT, "ceiling-out")]
+        samples, seconds = throughput.worker_run(
+            ctx, bootstrap, f"worker-{keys}", settings, params.records, app=APP
+        )
+        ceilings.append(consume_and_produce(bootstrap, SUMS_INPUT, "ceiling-out"))
+        profile = _profile(ctx, bootstrap, settings, params, keys) if ctx.profile else None
+        spaces.append(KeySpace(keys, ceilings, samples, seconds, profile))
+        broker.stop(timeout=3.0)  # the next key space's broker gets the machine alone
+    return Measured(params, spaces)
+
+
+def _profile(
+    ctx: RunContext, bootstrap: str, settings: dict[str, object], params: Params, keys: int
+) -> Profile:
+    sources = profiling.snapshot_sources()
+    name = f"count_sum-{keys}"
+    throughput.worker_run(
+        ctx, bootstrap, f"profiled-{keys}", settings, params.records, name, app=APP
+    )
+    raw = ctx.path("profiles", f"{name}.txt")
+    within = "ProcessingLoop.run"
+    summary = profiling.summarise(raw, within, sources)
+    shares = dict(profiling.breakdown(raw, within, CATEGORIES, sources, throughput.LOOP))
+    steps = dict(profiling.breakdown(raw, within, COMMIT_STEPS, sources, OUTSIDE_COMMIT))
+    steps.pop(OUTSIDE_COMMIT)
+    return Profile(summary, shares, steps)
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    params = measured.params
+    result = Result(NAME, TITLE)
+    largest = max(s.keys for s in measured.spaces)
+    curves: dict[str, Samples] = {}
+    for space in measured.spaces:
+        rate, ceiling = space.worker_rate(params.records), space.ceiling_rate(params.records)
+        result.rows.append(
+            Row(
+                metric=f"{space.keys:,} keys, records/s",
+                measured=rate,
+                measured_label=f"count and sum, {space.keys:,} keys, 1 worker",
+                baseline=ceiling,
+                baseline_label="raw consume-and-produce",
+                unit="records/s",
+                target=Target(">=", TARGET, "issue 14") if space.keys == largest else None,
+            )
+        )
+        curves[f"{space.keys:,} keys ({rate:,.0f}/s)"] = space.worker
+        curves[f"ceiling, {space.keys:,} keys' input ({ceiling:,.0f}/s)"] = max(
+            space.ceilings, key=lambda s: throughput.rate_of(s, params.records)
+        )
+    result.details.append(
+        f'Input per key space: {params.records:,} records (`{{"amount": n}}`, keys drawn '
+        f"uniformly) in {PARTITIONS} partitions, already in the topic, each key space on its "
+        f"own broker. App `{APP}`: one store read, one write and one output per record. "
+        f"Worker: at-least-once, `commit.interval.ms={params.commit_interval_ms}`, otherwise "
+        "defaults. Rates are the slope between 10% and 90% of the input; the ceiling is the "
+        "better of a run before and one after the worker's."
+    )
+    for space in measured.spaces:
+        result.details.append(_space_details(space, params.records))
+    result.plots.append(
+        plots.progress(
+            plot_path(NAME), "Count and sum: records done over time", curves, total=params.records
+        )
+    )
+    profiled = {
+        f"{s.keys:,} keys": s.profile.summary for s in measured.spaces if s.profile is not None
+    }
+    if profiled:
+        result.plots.append(plots.profile(plot_path(f"{NAME}-profile"), profiled))
+    return result
+
+
+def _space_details(space: KeySpace, records: int) -> str:
+    rate, ceiling = space.worker_rate(records), space.ceiling_rate(records)
+    text = (
+        f"**{space.keys:,} keys.** Worker {rate:,.0f} records/s ({1e6 / rate:.1f} us per "
+        f"record), launch to last record {space.seconds:.1f}s; ceiling runs "
+        + ", ".join(f"{throughput.rate_of(s, records):,.0f}" for s in space.ceilings)
+        + f" records/s ({1e6 / ceiling:.2f} us per record)."
+    )
+    profile = space.profile
+    if profile is None:
+        return text
+    listed = "; ".join(f"{label} {share:.0%}" for label, share in profile.shares.items())
+    steps = ", ".join(f"{label} {share:.0%}" for label, share in profile.commit_steps.items())
+    return "\n\n".join(
+        [
+            text,
+            f"Where the processing thread's busy time went (profiled run): {listed}. "
+            f"The commit's steps, as shares of all of it: {steps}.",
+            profiling.markdown(profile.summary, f"Profile at {space.keys:,} keys"),
+        ]
+    )
