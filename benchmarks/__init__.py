@@ -12,6 +12,7 @@ BENCHMARK_NAMES = (
     "scale_out",
     "availability",
     "throughput",
+    "processes",
     "restore",
     "memory",
     "initial_standbys",

@@ -36,6 +36,10 @@ EXPECTED_ROWS = {
         "a moved task with a standby, warmup or local copy: stall against its handover",
     ],
     "Processing throughput": ["processing, records/s"],
+    "Every core: 1 worker process against 2": [
+        "records/s, 2 processes against 1",
+        "records/s, 2 processes against raw consume-and-produce",
+    ],
     "Restore": ["restore, records/s"],
     "Memory": ["peak RSS", "RSS growth over idle"],
     "Initial standbys: restart over local state": [
