@@ -350,21 +350,20 @@ def _cores_table(measured: Measured) -> str:
 
 
 def _reading(measured: Measured, one: Run, two: Run) -> str:
-    """What the cores say, computed from them: how much of the machine one process can
-    use, what the broker takes, and whether other programs favoured one side."""
+    """What the cores say, computed from them: how much of the machine one process used,
+    what the broker took, and whether other programs favoured one side."""
     total = measured.params.payments
     single = max(
         (r for r in measured.runs if r.processes == 1), key=lambda r: r.cores(total)[WORKERS]
     )
     used = single.cores(total)
-    idle = max(0.0, measured.cpu_count - sum(used.values()))
     c1, c2 = one.cores(total), two.cores(total)
     text = (
         f"Reading: one worker process used at most {used[WORKERS]:.2f} cores (its processing "
-        "loop is one Python thread; librdkafka's and RocksDB's threads add little) while "
-        f"{idle:.2f} cores stayed idle beside it: the rest of the machine is for a second "
-        f"process. With two, the broker took {c2[BROKER]:.2f} cores and the workers "
-        f"{c2[WORKERS]:.2f}."
+        "loop is one Python thread; librdkafka's and RocksDB's threads add little; "
+        f"{_idle(measured, used):.2f} cores stayed idle and other programs used "
+        f"{used['other']:.2f} beside it). With two processes the workers used "
+        f"{c2[WORKERS]:.2f} cores and the broker {c2[BROKER]:.2f}."
     )
     if abs(c1["other"] - c2["other"]) >= 0.2:
         text += (
@@ -377,24 +376,40 @@ def _reading(measured: Measured, one: Run, two: Run) -> str:
     return text
 
 
+def _idle(measured: Measured, cores: dict[str, float]) -> float:
+    return max(0.0, measured.cpu_count - sum(cores.values()))
+
+
 def _why_missed(measured: Measured, one: Run, two: Run, ratio: float) -> str:
-    """The missed ratio in terms of cores: how many the second process got, and how much
-    work per core each process did, in the best run of each kind."""
+    """The missed ratio in cores: how many the 2-process run's workers would have needed
+    at their work per core, how many they got, and where the rest of the machine went."""
     total = measured.params.payments
     c1, c2 = one.cores(total), two.cores(total)
-    eff1 = one.rate(total) / c1[WORKERS] if c1[WORKERS] > 0 else float("nan")
-    eff2 = two.rate(total) / c2[WORKERS] if c2[WORKERS] > 0 else float("nan")
-    supply = c2[WORKERS] / c1[WORKERS] if c1[WORKERS] > 0 else float("nan")
-    return (
-        f"**Why the target is missed.** The ratio {ratio:.2f} is the product of two "
-        f"factors. Cores: the 1-process run's worker used {c1[WORKERS]:.2f} cores, the "
-        f"2-process run's workers {c2[WORKERS]:.2f} together ({supply:.2f}x), while the "
-        f"broker took {c1[BROKER]:.2f} and {c2[BROKER]:.2f} cores, this harness "
-        f"{c1[HARNESS]:.2f} and {c2[HARNESS]:.2f}, and other programs on the machine "
-        f"{c1['other']:.2f} and {c2['other']:.2f}, of {measured.cpu_count}. Work per core: "
-        f"{eff1:,.0f} records per worker CPU second with 1 process, {eff2:,.0f} with 2 "
-        f"({eff2 / eff1:.2f}x). Two processes can only reach 1.5x with at least 1.5x the "
-        "cores of one; the broker serves both processes' fetches, changelog writes and "
-        "commits, so the more records per second, the more of the machine it takes from "
-        "the workers."
+    per_core_1 = one.rate(total) / c1[WORKERS]
+    per_core_2 = two.rate(total) / c2[WORKERS]
+    needed = TARGET.value * one.rate(total) / per_core_2
+    elsewhere = {
+        "other programs": c2["other"],
+        "the broker": c2[BROKER],
+        "this harness": c2[HARNESS],
+        "nothing (idle)": _idle(measured, c2),
+    }
+    text = (
+        f"**Why the target is missed.** {TARGET.value:g}x the best 1-process run is "
+        f"{TARGET.value * one.rate(total):,.0f} records/s. The 2-process run's workers did "
+        f"{per_core_2:,.0f} records per CPU second ({per_core_2 / per_core_1:.2f}x the single "
+        f"process's {per_core_1:,.0f}), so that rate needed {needed:.2f} worker cores; they "
+        f"got {c2[WORKERS]:.2f} (the single process {c1[WORKERS]:.2f}). The rest of the "
+        f"machine's {measured.cpu_count} cores went to "
+        + ", ".join(f"{who} {cores:.2f}" for who, cores in elsewhere.items())
+        + ". "
     )
+    if c2[WORKERS] >= needed:
+        return text + "The cores were there: the work per core is what fell short."
+    biggest = max(elsewhere, key=lambda who: elsewhere[who])
+    if biggest == "nothing (idle)":
+        return text + (
+            "Most of the shortfall stayed idle: the workers were waiting (on the broker, "
+            "on commits), not short of cores."
+        )
+    return text + f"Most of the {needed - c2[WORKERS]:.2f} cores missing went to {biggest}."

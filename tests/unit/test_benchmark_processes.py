@@ -91,6 +91,7 @@ def test_the_ratio_row_compares_the_best_run_of_each_kind(tmp_path: Path) -> Non
     assert measured(32_000).pair_ratios() == pytest.approx([1.6, 1.6], rel=0.02)
     assert "ran back to back: 1.60, 1.60." in result.details[1]
     assert "one worker process used at most 1.00 cores" in result.details[4]
+    assert "0.40 cores stayed idle and other programs used 0.15 beside it" in result.details[4]
     assert "Other programs" not in result.details[4]
     assert result.plots == [tmp_path / "processes.png", tmp_path / "processes-cores.png"]
     assert all(p.stat().st_size > 0 for p in result.plots)
@@ -101,8 +102,11 @@ def test_a_missed_ratio_is_explained_by_cores_and_work_per_core(tmp_path: Path) 
 
     assert result.rows[0].met is False
     (why,) = [d for d in result.details if "Why the target is missed" in d]
-    assert "1.00 cores" in why and "1.50 together (1.50x)" in why
-    assert "20,000 records per worker CPU second with 1 process, 16,000 with 2" in why
+    # 1.5x of 20,000/s at the 2-process run's 16,000 records per CPU second: 1.875 cores.
+    assert "did 16,000 records per CPU second (0.80x the single process's 20,000)" in why
+    assert "needed 1.88 worker cores; they got 1.50 (the single process 1.00)" in why
+    assert "other programs 0.15, the broker 0.40, this harness 0.05, nothing (idle) 0.00" in why
+    assert why.endswith("Most of the 0.38 cores missing went to the broker.")
 
 
 def test_outside_load_that_favoured_one_side_is_called_out(tmp_path: Path) -> None:
