@@ -13,6 +13,7 @@ BENCHMARK_NAMES = (
     "availability",
     "throughput",
     "count_sum",
+    "processes",
     "restore",
     "memory",
     "initial_standbys",

@@ -28,6 +28,7 @@ from benchmarks import plots, profiling, throughput
 from benchmarks.apps import SUMS_INPUT, SUMS_OUTPUT
 from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import Record, RunContext, create_topics, produce, start_broker
+from benchmarks.measure import steady_rate_or_span
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.serde import JSON, STR
 
@@ -80,10 +81,10 @@ class KeySpace:
     profile: Profile | None
 
     def ceiling_rate(self, records: int) -> float:
-        return max(throughput.rate_of(s, records) for s in self.ceilings)
+        return max(steady_rate_or_span(s, records) for s in self.ceilings)
 
     def worker_rate(self, records: int) -> float:
-        return throughput.rate_of(self.worker, records)
+        return steady_rate_or_span(self.worker, records)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,8 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         rate, ceiling = space.worker_rate(params.records), space.ceiling_rate(params.records)
         result.rows.append(
             Row(
-                metric=f"{space.keys:,} keys, records/s",
+                metric="records/s, "
+                + ("large key space" if space.keys == largest else "small key space"),
                 measured=rate,
                 measured_label=f"count and sum, {space.keys:,} keys, 1 worker",
                 baseline=ceiling,
@@ -161,7 +163,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         )
         curves[f"{space.keys:,} keys ({rate:,.0f}/s)"] = space.worker
         curves[f"ceiling, {space.keys:,} keys' input ({ceiling:,.0f}/s)"] = max(
-            space.ceilings, key=lambda s: throughput.rate_of(s, params.records)
+            space.ceilings, key=lambda s: steady_rate_or_span(s, params.records)
         )
     result.details.append(
         f'Input per key space: {params.records:,} records (`{{"amount": n}}`, keys drawn '
@@ -191,7 +193,7 @@ def _space_details(space: KeySpace, records: int) -> str:
     text = (
         f"**{space.keys:,} keys.** Worker {rate:,.0f} records/s ({1e6 / rate:.1f} us per "
         f"record), launch to last record {space.seconds:.1f}s; ceiling runs "
-        + ", ".join(f"{throughput.rate_of(s, records):,.0f}" for s in space.ceilings)
+        + ", ".join(f"{steady_rate_or_span(s, records):,.0f}" for s in space.ceilings)
         + f" records/s ({1e6 / ceiling:.2f} us per record)."
     )
     profile = space.profile

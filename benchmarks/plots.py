@@ -271,3 +271,23 @@ def availability_shares(
     axes[0][0].set_ylim(0, 105)
     axes[0][-1].legend(fontsize=8)
     return _save(fig, path)
+
+
+def cores(path: Path, title: str, runs: Mapping[str, Mapping[str, float]], cpu_count: int) -> Path:
+    """One stacked horizontal bar per run: the cores each part used, the rest idle."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(runs) + 1.6))
+    labels = list(runs)
+    parts = list(dict.fromkeys(part for used in runs.values() for part in used))
+    left = [0.0] * len(labels)
+    for part in parts:
+        widths = [runs[label].get(part, 0.0) for label in labels]
+        ax.barh(labels, widths, left=left, label=part)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.axvline(cpu_count, color="grey", lw=0.8, ls=":")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"cores (the machine has {cpu_count})")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)

@@ -35,7 +35,7 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.measure import steady_rate
+from benchmarks.measure import from_first_record, steady_rate_or_span
 from benchmarks.results import PlotPath, Result, Row, Target
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
@@ -76,11 +76,11 @@ class Measured:
 
     @property
     def ceiling_rates(self) -> list[float]:
-        return [rate_of(s, self.params.payments) for s in self.ceilings]
+        return [steady_rate_or_span(s, self.params.payments) for s in self.ceilings]
 
     @property
     def worker_rates(self) -> list[float]:
-        return [rate_of(s, self.params.payments) for s, _ in self.workers]
+        return [steady_rate_or_span(s, self.params.payments) for s, _ in self.workers]
 
 
 @dataclass(frozen=True)
@@ -174,16 +174,6 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     return result
 
 
-def rate_of(samples: list[tuple[float, float]], total: int) -> float:
-    """The steady rate; for a run over within one sampling interval (quick mode's tiny
-    input on a fast worker), the rate from its first sample to its last instead."""
-    try:
-        return steady_rate(samples, total)
-    except ValueError:
-        (t0, c0), (t1, c1) = samples[0], samples[-1]
-        return (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
-
-
 def worker_run(
     ctx: RunContext,
     bootstrap: str,
@@ -217,13 +207,7 @@ def worker_run(
     if spy is not None:
         spy.stop()
     stop_worker(worker)
-    return _from_first_record(sampler.samples), seconds
-
-
-def _from_first_record(samples: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Samples from the last zero reading on (the group join before it is not processing)."""
-    zeros = [i for i, (_t, count) in enumerate(samples) if count == 0]
-    return samples[zeros[-1] :] if zeros else samples
+    return from_first_record(sampler.samples), seconds
 
 
 # Where the processing thread's time goes, by kind of work (the first that claims a

@@ -11,6 +11,9 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -223,6 +226,92 @@ def test_the_systemd_unit_restarts_on_failure_and_stops_with_sigterm_in_time() -
     assert service["KillSignal"] == "SIGTERM"
     default_timeout_s = Settings().shutdown_timeout_ms / 1000
     assert seconds(service["TimeoutStopSec"]) > default_timeout_s
+
+
+def unit_entries(name: str) -> list[tuple[str, str, str]]:
+    """(section, key, value) of a unit file in order; keys may repeat (EnvironmentFile)."""
+    entries: list[tuple[str, str, str]] = []
+    section = ""
+    for raw in (REPO / "deploy" / "systemd" / name).read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, value = line.split("=", 1)
+        entries.append((section, key.strip(), value.strip()))
+    return entries
+
+
+def unit_values(name: str, section: str, key: str) -> list[str]:
+    return [v for s, k, v in unit_entries(name) if (s, k) == (section, key)]
+
+
+# What the template may set differently from worker.service: where the instance's state
+# and settings are, and what ties it to worker.target.
+PER_INSTANCE = {"ExecStart", "EnvironmentFile", "StateDirectory", "ReadWritePaths", "WantedBy"}
+
+
+def test_the_template_unit_keeps_every_setting_and_hardening_of_the_single_unit() -> None:
+    single = {(s, k): v for s, k, v in unit_entries("worker.service") if k not in PER_INSTANCE}
+    template = {(s, k): v for s, k, v in unit_entries("worker@.service")}
+
+    missing = {key: v for key, v in single.items() if key not in template}
+    changed = {key: (v, template[key]) for key, v in single.items() if key in template}
+    assert not missing
+    assert {key: pair for key, pair in changed.items() if pair[0] != pair[1]} == {
+        ("Unit", "Description"): (
+            "worker stateful stream processor",
+            "worker stateful stream processor, instance %i",
+        )
+    }
+
+
+def test_each_instance_has_its_own_state_dir_and_writes_nowhere_else() -> None:
+    (command,) = unit_values("worker@.service", "Service", "ExecStart")
+    args = shlex.split(command)
+    assert args[1] == "start"
+    assert args[args.index("--state-dir") + 1] == f"{STATE_DIR}/%i"
+    assert unit_values("worker@.service", "Service", "StateDirectory") == ["worker/%i"]
+    assert unit_values("worker@.service", "Service", "ReadWritePaths") == [f"{STATE_DIR}/%i"]
+
+
+def test_each_instance_reads_its_own_env_file_last_and_needs_it_for_its_port() -> None:
+    files = unit_values("worker@.service", "Service", "EnvironmentFile")
+    # Shared secrets optional ("-"), the instance's own file required and read last, so
+    # its values win; without it the instances would all bind the same port.
+    assert files == ["-/etc/worker/worker.env", "/etc/worker/worker-%i.env"]
+    text = (REPO / "deploy" / "systemd" / "worker@.service").read_text()
+    port = re.search(r'echo "(WORKER_HTTP_PORT)=\$\(\(8080 \+ i\)\)"', text)
+    assert port, "the install comment writes WORKER_HTTP_PORT per instance"
+    settings = load(None, environ={"WORKER_HTTP_PORT": "8083"}).settings
+    assert settings.http_port == 8083
+
+
+def test_the_instances_belong_to_worker_target_which_starts_with_the_system() -> None:
+    assert unit_values("worker@.service", "Install", "WantedBy") == ["worker.target"]
+    assert unit_values("worker@.service", "Unit", "PartOf") == ["worker.target"]
+    assert unit_values("worker.target", "Install", "WantedBy") == ["multi-user.target"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
+    # verify insists that ExecStart's program exists: point it at this environment's.
+    program = Path(sys.executable).with_name("worker")
+    assert program.exists()
+    for path in (REPO / "deploy" / "systemd").iterdir():
+        text = path.read_text().replace("/usr/local/bin/worker", str(program))
+        (tmp_path / path.name).write_text(text)
+    units = ["worker.service", "worker@1.service", "worker@2.service", "worker.target"]
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", *(str(tmp_path / u) for u in units)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout + proc.stderr == ""
 
 
 # -- Dockerfile and Makefile ----------------------------------------------------------

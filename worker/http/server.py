@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from worker.errors import FatalError
 from worker.http.queries import QueryRouter, Reply
 from worker.observability import Metrics, get_logger
 from worker.runtime.status import Status
@@ -46,7 +47,11 @@ _log = get_logger(component="http")
 
 class HttpServer:
     """The HTTP endpoints of one worker. ``queries`` is None when there is no topology to
-    query (the interactive-query and ``/tasks`` paths then answer 404)."""
+    query (the interactive-query and ``/tasks`` paths then answer 404).
+
+    Construction binds the port: raises FatalError, naming ``http.port``, when it cannot
+    (most often another worker process on the host has it: each needs its own).
+    """
 
     def __init__(
         self,
@@ -60,7 +65,13 @@ class HttpServer:
         self._status = status
         self._queries = queries
         handler = self._handler_class()
-        self._server = ThreadingHTTPServer((host, port), handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise FatalError(
+                f"http.port: cannot listen on {host}:{port}: {exc.strerror or exc}; every "
+                "worker process on a host needs its own http.port"
+            ) from exc
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,

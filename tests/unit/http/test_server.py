@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.http.conftest import ME, OTHER, StatusBox, Stores, key_on, snapshot
+from worker.errors import FatalError
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.observability import Metrics
@@ -157,3 +158,10 @@ def test_without_a_router_only_the_health_endpoints_exist(box: StatusBox) -> Non
         assert get(plain, "/healthz")[0] in (200, 503)
     finally:
         plain.stop()
+
+
+def test_a_port_in_use_is_a_fatal_error_naming_http_port(
+    server: HttpServer, box: StatusBox
+) -> None:
+    with pytest.raises(FatalError, match=r"http\.port: cannot listen on 127\.0\.0\.1:\d+"):
+        HttpServer("127.0.0.1", server.port, Metrics(), box)
