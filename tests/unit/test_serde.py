@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.serde import BYTES, JSON, STR, Serde, SerdeError, by_name
+from worker.serde import BYTES, JSON, STR, Serde, SerdeError, by_name, fast_serializer
 
 ALL_SERDES = [BYTES, STR, JSON]
 
@@ -120,3 +120,14 @@ def test_any_json_value_round_trips_through_json(value: Any) -> None:
 @given(data=st.binary())
 def test_any_bytes_round_trip_through_bytes(data: bytes) -> None:
     assert BYTES.deserialize(BYTES.serialize(data)) == data
+
+
+@given(json_values.filter(lambda v: v is not None))
+def test_the_fast_json_encoder_for_kept_bytes_gives_the_serdes_bytes(
+    value: Any,
+) -> None:
+    serialize = JSON.serialize(value)
+    kept = fast_serializer(JSON, kept=True)(value)
+
+    assert kept == serialize == fast_serializer(JSON)(value)
+    assert type(kept) is bytes

@@ -77,8 +77,8 @@ class KeyValueStore:
         self._kser = key_serde
         self._vser = value_serde
         self._read_only = read_only
-        self._encode_key = fast_serializer(key_serde)
-        self._encode_value = fast_serializer(value_serde)
+        self._encode_key = fast_serializer(key_serde, kept=True)
+        self._encode_value = fast_serializer(value_serde, kept=True)
         self._decode_value = fast_deserializer(value_serde)
         self._raw_get = raw.get
         self._raw_put = raw.put
