@@ -60,6 +60,8 @@ _OFFSETS_WRITE_BUFFER = 64 * 1024  # the offsets family holds a handful of keys
 # byte: 300 idle stores reserved 300 MiB of a 64 MiB cache in our experiment. 128 KiB
 # blocks keep that reservation close to the data actually buffered.
 _ARENA_BLOCK = 128 * 1024
+# Share of the bound the memtables of all stores may hold (see store_written).
+WRITE_BUFFER_RATIO = 0.25
 
 
 class MemtableHolder(Protocol):
@@ -106,7 +108,7 @@ class RocksDBEnv:
         self,
         memory_bytes: int,
         *,
-        write_buffer_ratio: float = 0.25,
+        write_buffer_ratio: float = WRITE_BUFFER_RATIO,
         write_buffer_size: int = 8 * MiB,
         max_open_files: int = 64,
         read_cache_ratio: float = 0.125,
