@@ -55,6 +55,7 @@ from benchmarks.harness import (
 )
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.config import Settings
+from worker.state.rocksdb_env import WRITE_BUFFER_RATIO
 
 NAME = "memory"
 TITLE = "Memory"
@@ -116,10 +117,15 @@ def _settings(params: Params, extra: Sequence[tuple[str, object]]) -> dict[str, 
     }
 
 
+def _validated(params: Params, extra: Sequence[tuple[str, object]]) -> Settings:
+    """The worker's settings for these parameters, validated like the worker's."""
+    values = {k: v for k, v in _settings(params, extra).items() if not k.startswith("kafka.")}
+    return Settings.model_validate(values)
+
+
 def configured_bound(params: Params, extra: Sequence[tuple[str, object]]) -> int:
     """The worker's ``memory_bound_bytes`` for these settings (validated like the worker's)."""
-    values = {k: v for k, v in _settings(params, extra).items() if not k.startswith("kafka.")}
-    bound = Settings.model_validate(values).memory_bound_bytes
+    bound = _validated(params, extra).memory_bound_bytes
     if bound is None:
         raise BenchmarkFailed("statestore.uncommitted.max.bytes=-1 leaves memory unbounded")
     return bound
@@ -204,7 +210,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         f"growth over idle versus `rocksdb.memory.bytes` alone: "
         f"{(main.peak - main.idle) / rocksdb:.2f}x.",
         _line("Defaults", main, params.partitions),
-        _breakdown(main, params.memory_bytes),
+        _breakdown(main, params),
     ]
     if measured.previous is not None:
         result.details.append(
@@ -240,23 +246,30 @@ def _line(label: str, m: WorkerRun, stores: int) -> str:
     ).replace("{n}", "64")
 
 
-def _breakdown(m: WorkerRun, rocksdb_bytes: int) -> str:
+def _breakdown(m: WorkerRun, params: Params) -> str:
     """Where the growth over idle went, from the worker's own gauges (sampled every 0.2 s,
     so the largest values seen, not necessarily at the moment of the RSS peak)."""
     growth = m.peak - m.idle
     cache_growth = max(0.0, m.cache - m.cache_idle)
-    rest = growth - cache_growth - m.uncommitted
+    rest = growth - cache_growth - 2 * m.uncommitted
+    budget = params.memory_bytes * WRITE_BUFFER_RATIO  # RocksDBEnv's write-buffer budget
+    held = "within" if m.memtables <= budget else "over"
+    settings = _validated(params, params.extra_settings)
+    queues = settings.input_buffer_max_bytes + settings.output_buffer_max_bytes
     return (
         f"Where the growth went: the RocksDB cache held {m.cache_idle / MiB:,.0f} MiB when idle"
-        f" and at most {m.cache / MiB:,.0f} MiB of its {rocksdb_bytes / MiB:,.0f} MiB"
-        f" (memtables at most {m.memtables / MiB:,.0f} MiB of it), so it accounts for"
-        f" {cache_growth / MiB:,.0f} MiB of the {growth / MiB:,.0f} MiB; the store write"
-        f" buffers for at most {m.uncommitted / MiB:,.1f} MiB. The other {rest / MiB:,.0f} MiB"
-        " is memory no budget of the worker counts: librdkafka's fetch and produce queues"
-        " (capped by `input.buffer.max.bytes` and `output.buffer.max.bytes`, but counted"
-        " there in librdkafka's own units), the Python objects of the records in flight,"
-        " RocksDB allocations outside the cache (iterators, compaction and flush buffers,"
-        " table readers of the 64 stores) and what the allocator keeps after freeing."
+        f" and at most {m.cache / MiB:,.0f} MiB of its {params.memory_bytes / MiB:,.0f} MiB"
+        f" (memtables at most {m.memtables / MiB:,.0f} MiB, {held} their budget of"
+        f" {budget / MiB:,.0f} MiB), so it accounts for {cache_growth / MiB:,.0f} MiB of the"
+        f" {growth / MiB:,.0f} MiB; the store write buffers, held twice during a commit, for at"
+        f" most 2 x {m.uncommitted / MiB:,.1f} MiB. The other {rest / MiB:,.0f} MiB sits"
+        f" beside the {queues / MiB:,.0f} MiB the bound gives librdkafka's prefetch and"
+        " producer queues (`input.buffer.max.bytes` + `output.buffer.max.bytes`): those queues,"
+        " the Python objects of the records in flight, RocksDB allocations outside the cache"
+        " (flush and compaction buffers, table readers) and what the allocator keeps after"
+        " freeing. The backlog's keys are new, so the block cache never fills here: a"
+        " workload that reads enough stored keys to fill it may grow by the cache's free"
+        " part more."
     )
 
 

@@ -17,22 +17,38 @@ opened with :meth:`RocksDBEnv.options` shares:
   read through rocksdict costs about 1 us, a dict lookup 50 ns, and processors read the
   same keys over and over). Each open store may hold ``read_cache_share`` bytes of it.
 
-One limit of RocksDB to know: the manager only flushes the database that is being written
-when the budget is exceeded. A store that stops receiving writes keeps its memtable until
-something flushes it, and while idle memtables hold the budget every write elsewhere
-forces a tiny flush. Owners therefore call ``Store.flush()`` when a store goes quiet (the
-runtime does it whenever it writes a task's `.checkpoint`, as Kafka Streams flushes before
-checkpointing). What remains per open store is fixed overhead outside the cache, about
+What the write buffer manager does not do with many stores: it flushes only the database
+being written, and a flushed memtable stays counted until RocksDB's one flush thread has
+written it. With 64 stores written in turn the immutable memtables queued faster than
+they were flushed, and memtables reached 118 MiB of a 16 MiB budget (memory benchmark,
+rocksdict 0.3.29); a store that stops receiving writes also keeps its memtable until
+something flushes it. Its own remedy, ``allow_stall``, blocks every writer until usage
+falls, which never happens when idle stores hold the budget (and rocksdict's ``write``
+holds the GIL, so the whole process would hang). So the env enforces the budget itself:
+every store reports each write (:meth:`RocksDBEnv.store_written`). Past half of
+``write_buffer_bytes`` the env starts a flush of the largest store, which RocksDB writes
+while the writer goes on; past the whole budget it waits for flushes, largest first,
+until the memtables are down to half of it. A flush releases the GIL, and the writer
+waits only while RocksDB writes what it holds: the backpressure the manager lacks. With
+it the memory benchmark's memtables stayed within 13-17 MiB of the 16 MiB budget, and the
+backlog took as long. Restoring 16 stores at once into 64 MiB (1 KiB records) went from
+310-360k to 240-280k records/s: the old speed came from memtables of 185-200 MiB. The
+restore benchmark's shape (4 stores, 256 MiB) never reaches the budget. Owners still
+call ``Store.flush()`` when a store goes quiet (the runtime does it whenever it writes a
+task's `.checkpoint`, as Kafka Streams flushes before checkpointing). What remains per open store is fixed overhead outside the cache, about
 0.3 MiB and 7 file descriptors (measured: 300 empty stores, rocksdict 0.3.29).
 
 Thread-safety: the cache and the manager are thread-safe in RocksDB; ``options()`` builds
 a fresh ``Options`` object each call and may be called from any thread, and so may
-``store_opened``/``store_closed``.
+``store_opened``/``store_closed``. ``store_written`` flushes other stores than the one
+written: call it only from the thread that owns every store (the processing thread).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
+from typing import Protocol
 
 import rocksdict
 
@@ -44,6 +60,31 @@ _OFFSETS_WRITE_BUFFER = 64 * 1024  # the offsets family holds a handful of keys
 # byte: 300 idle stores reserved 300 MiB of a 64 MiB cache in our experiment. 128 KiB
 # blocks keep that reservation close to the data actually buffered.
 _ARENA_BLOCK = 128 * 1024
+# Share of the bound the memtables of all stores may hold (see store_written).
+WRITE_BUFFER_RATIO = 0.25
+
+
+class MemtableHolder(Protocol):
+    """An open store as the env sees it when it keeps the memtables within budget."""
+
+    def memtable_bytes(self) -> int:
+        """Bytes of the store's memtables, those waiting to be flushed included."""
+        ...
+
+    def flush_memtable(self, wait: bool) -> bool:
+        """Flush the memtables, waiting for it when ``wait``; without ``wait`` a store whose
+        flush is already under way is left alone. True when a flush was asked for; a
+        failure is left to the store's own next write."""
+        ...
+
+
+def flush_order(sizes: Iterable[tuple[int, MemtableHolder]]) -> list[MemtableHolder]:
+    """The stores to flush when memtables are over budget: largest first, empty ones never.
+
+    Largest first frees the most per flush and keeps the L0 files few and large.
+    """
+    ordered = sorted((pair for pair in sizes if pair[0] > 0), key=lambda pair: -pair[0])
+    return [holder for _size, holder in ordered]
 
 
 class RocksDBEnv:
@@ -67,7 +108,7 @@ class RocksDBEnv:
         self,
         memory_bytes: int,
         *,
-        write_buffer_ratio: float = 0.25,
+        write_buffer_ratio: float = WRITE_BUFFER_RATIO,
         write_buffer_size: int = 8 * MiB,
         max_open_files: int = 64,
         read_cache_ratio: float = 0.125,
@@ -82,8 +123,9 @@ class RocksDBEnv:
         self.read_cache_bytes = int(memory_bytes * read_cache_ratio)
         # What one open store's read cache may hold: the budget split over the open stores.
         self.read_cache_share = self.read_cache_bytes
-        self._open_stores = 0
+        self._stores: dict[int, MemtableHolder] = {}  # by id(): open stores, opening order
         self._stores_lock = threading.Lock()
+        self.forced_flushes = 0  # flushes store_written waited for (for metrics, tests)
         self.write_buffer_bytes = int(memory_bytes * write_buffer_ratio)
         # Half the manager's budget at most, so at least two stores can fill memtables
         # before the manager has to force flushes.
@@ -92,8 +134,8 @@ class RocksDBEnv:
         )
         self.max_open_files = max_open_files
         self._cache = rocksdict.Cache(memory_bytes - self.read_cache_bytes)
-        # allow_stall=False: over the limit RocksDB flushes instead of blocking writers;
-        # a stalled commit would stall the processing loop with it.
+        # allow_stall=False: a stall would wait for memory that idle stores may never give
+        # back, with the GIL held (see the module doc); store_written bounds it instead.
         self._write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
             self.write_buffer_bytes, False, self._cache
         )
@@ -124,17 +166,55 @@ class RocksDBEnv:
         options.set_write_buffer_size(_OFFSETS_WRITE_BUFFER)
         return options
 
-    def store_opened(self) -> None:
-        """A store opened: the read cache budget is split over one more store."""
-        self._count_stores(1)
-
-    def store_closed(self) -> None:
-        self._count_stores(-1)
-
-    def _count_stores(self, change: int) -> None:
+    def store_opened(self, store: MemtableHolder) -> None:
+        """A store opened: the read cache budget is split over one more store, and its
+        memtables count in :meth:`store_written`."""
         with self._stores_lock:
-            self._open_stores = max(0, self._open_stores + change)
-            self.read_cache_share = self.read_cache_bytes // max(1, self._open_stores)
+            self._stores[id(store)] = store
+            self._share_read_cache()
+
+    def store_closed(self, store: MemtableHolder) -> None:
+        """A store closed (idempotent): no longer flushed, no longer given a read cache share."""
+        with self._stores_lock:
+            self._stores.pop(id(store), None)
+            self._share_read_cache()
+
+    def _share_read_cache(self) -> None:
+        self.read_cache_share = self.read_cache_bytes // max(1, len(self._stores))
+
+    def store_written(self) -> int:
+        """Keep all memtables within ``write_buffer_bytes``; a store calls it after each write.
+
+        Steps: 1. memtables within half the budget -> return 0 (the common case: one call
+        into RocksDB); 2. order the open stores by memtable size (:func:`flush_order`);
+        3. start a flush of the largest store not flushing already, so RocksDB writes it
+        while the caller goes on; 4. past the budget only: start the flushes of every store
+        with memtables and wait for them, largest first, until the memtables are back
+        within half the budget. Returns the number of flushes waited for.
+
+        Owner thread only (see the module doc). Raises nothing of its own: a store whose
+        flush fails reports it at its own next write.
+        """
+        usage = self._write_buffers.get_usage()
+        if usage <= self.write_buffer_bytes // 2:
+            return 0
+        with self._stores_lock:
+            stores = list(self._stores.values())
+        order = flush_order((store.memtable_bytes(), store) for store in stores)
+        if usage <= self.write_buffer_bytes:
+            for store in order:
+                if store.flush_memtable(wait=False):
+                    break
+            return 0
+        for store in order:
+            store.flush_memtable(wait=False)
+        waited = 0
+        for store in order:
+            waited += store.flush_memtable(wait=True)
+            if self._write_buffers.get_usage() <= self.write_buffer_bytes // 2:
+                break
+        self.forced_flushes += waited
+        return waited
 
     def cache_usage_bytes(self) -> int:
         """Bytes held by the shared cache, memtable reservations included (for metrics)."""

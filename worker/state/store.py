@@ -191,7 +191,7 @@ class Store:
             with contextlib.suppress(Exception):
                 db.close()
             raise
-        env.store_opened()
+        env.store_opened(store)
         return store
 
     @property
@@ -219,7 +219,7 @@ class Store:
             with self._close_lock:  # waits for a read in progress on another thread
                 self._db = None
                 self._offsets_family = None
-                self._env.store_closed()
+                self._env.store_closed(self)
                 with _rocksdb_errors(self.path):
                     db.close()
         except Exception:
@@ -394,6 +394,7 @@ class Store:
             db.write(writes, self._wal_on)
         self._offsets.update(changed)
         self._forget_cached()  # the batch's keys are not listed anywhere else
+        self._env.store_written()
 
     def flush(self) -> None:
         """Flush the memtables of both column families to disk in one atomic flush.
@@ -413,6 +414,38 @@ class Store:
         db = self._require_open()
         with _rocksdb_errors(self.path):
             db.flush(wait=False)
+
+    def memtable_bytes(self) -> int:
+        """Bytes of the data family's memtables, those waiting to be flushed included (for
+        ``RocksDBEnv.store_written``; the offsets family's memtable is a few KiB)."""
+        db = self._require_open()
+        with _rocksdb_errors(self.path):
+            return db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+
+    def flush_memtable(self, wait: bool) -> bool:
+        """Flush the data family's memtables (``RocksDBEnv.store_written`` calls it, on the
+        owner thread, when the memtables of all stores grow past their budget).
+
+        ``wait``: return once the memtables are written. Without it, start the flush and
+        return at once, unless a flush of this store is already under way (False then).
+
+        The data family alone, as in :meth:`flush_in_background`: every write went through
+        the WAL, so a crash at any point recovers the rest from it. Never raises: the env
+        flushes stores other than the one it was called for, and a failure belongs to this
+        store's owner, who meets it at this store's next write. It is logged here.
+        """
+        db = self._db
+        if db is None:
+            return False
+        try:
+            with _rocksdb_errors(self.path):
+                if not wait and db.property_int_value("rocksdb.mem-table-flush-pending"):
+                    return False
+                db.flush(wait=wait)
+        except (StoreError, StoreCorrupted, StoreClosedError) as exc:
+            _log.warning("store.flush_failed", path=str(self.path), error=str(exc))
+            return False
+        return True
 
     def _changed(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         for (topic, partition), offset in offsets.items():
@@ -438,6 +471,7 @@ class Store:
         with _rocksdb_errors(self.path):
             db.write(batch, options)
         self._offsets.update(offsets)
+        self._env.store_written()
 
     def _put_offsets(
         self, batch: rocksdict.WriteBatch, offsets: Mapping[tuple[str, int], int]
