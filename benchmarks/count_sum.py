@@ -48,6 +48,7 @@ COMMIT_STEPS = [
     profiling.Category("source offsets committed", under=("GroupMember.commit",)),
 ]
 OUTSIDE_COMMIT = "not committing"
+COMMIT_METRICS = ("worker_commit_seconds_count", "worker_commit_seconds_sum")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class KeySpace:
     worker: Samples
     seconds: float  # worker launch to last record
     profile: Profile | None
+    commits: float  # commits the measured run made (worker_commit_seconds_count)
+    commit_seconds: float  # the time they took in all (worker_commit_seconds_sum)
 
     def ceiling_rate(self, records: int) -> float:
         return max(steady_rate_or_span(s, records) for s in self.ceilings)
@@ -115,12 +118,19 @@ def measure(ctx: RunContext, params: Params) -> Measured:
         )
         produce(bootstrap, SUMS_INPUT, amount_records(params.records, keys))
         ceilings = [consume_and_produce(bootstrap, SUMS_INPUT, "ceiling-out")]
+        commits = dict.fromkeys(COMMIT_METRICS, 0.0)
         samples, seconds = throughput.worker_run(
-            ctx, bootstrap, f"worker-{keys}", settings, params.records, app=APP
-        )
+            ctx, bootstrap, f"worker-{keys}", settings, params.records, app=APP,
+            final_metrics=commits,
+        )  # fmt: skip
         ceilings.append(consume_and_produce(bootstrap, SUMS_INPUT, "ceiling-out"))
         profile = _profile(ctx, bootstrap, settings, params, keys) if ctx.profile else None
-        spaces.append(KeySpace(keys, ceilings, samples, seconds, profile))
+        spaces.append(
+            KeySpace(
+                keys, ceilings, samples, seconds, profile,
+                commits["worker_commit_seconds_count"], commits["worker_commit_seconds_sum"],
+            )
+        )  # fmt: skip
         broker.stop(timeout=3.0)  # the next key space's broker gets the machine alone
     return Measured(params, spaces)
 
@@ -196,6 +206,13 @@ def _space_details(space: KeySpace, records: int) -> str:
         + ", ".join(f"{steady_rate_or_span(s, records):,.0f}" for s in space.ceilings)
         + f" records/s ({1e6 / ceiling:.2f} us per record)."
     )
+    if space.commits:
+        text += (
+            f" Commits: {space.commits:.0f} in the measured run, {space.commit_seconds:.2f}s "
+            f"in all ({space.commit_seconds / space.commits:.2f}s each on average, "
+            f"{space.commit_seconds / space.seconds:.0%} of the run from launch to the last "
+            "record): processing stops while one runs."
+        )
     profile = space.profile
     if profile is None:
         return text
