@@ -48,6 +48,14 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
 
+_MISSING = object()
+
+
+def _no_lookup(key: bytes, default: object) -> object:
+    """A raw store without a read path (a test's): every read goes to its ``get``."""
+    return default
+
+
 class KeyValueStore:
     """A store as processors use it: Python keys and values through the store's serdes.
 
@@ -64,7 +72,9 @@ class KeyValueStore:
         "_encode_key",
         "_encode_value",
         "_decode_value",
-        "_raw_get",
+        "_buffered",
+        "_cached",
+        "_miss",
         "_raw_put",
         "_raw_delete",
     )
@@ -80,14 +90,19 @@ class KeyValueStore:
         self._encode_key = fast_serializer(key_serde, kept=True)
         self._encode_value = fast_serializer(value_serde, kept=True)
         self._decode_value = fast_deserializer(value_serde)
-        self._raw_get = raw.get
+        read_path = getattr(raw, "read_path", None)  # a Store's; see its read_path
+        if read_path is None:
+            self._buffered, self._cached, self._miss = _no_lookup, _no_lookup, raw.get
+        else:
+            self._buffered, self._cached, self._miss = read_path()
         self._raw_put = raw.put
         self._raw_delete = raw.delete
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or None. Raises SerdeError for a key that encodes to nothing."""
-        # The key's encoding is written out here and in put, not called: a Python call per
-        # store access was a measurable part of the per-record cost.
+        # The key's encoding and the store's lookups are written out here (and the encoding
+        # in put), not called: a Python call per store access was a measurable part of the
+        # per-record cost.
         raw_key: Any
         if key is None:
             raw_key = self._key_of_none()
@@ -98,7 +113,11 @@ class KeyValueStore:
                 raw_key = self._kser.serialize(key)
             if raw_key is None:
                 self._no_key()
-        data = self._raw_get(raw_key)
+        data: Any = self._buffered(raw_key, _MISSING)
+        if data is _MISSING:
+            data = self._cached(raw_key, _MISSING)
+            if data is _MISSING:
+                data = self._miss(raw_key)
         if data is None:
             return None
         try:

@@ -30,10 +30,10 @@ import shutil
 import struct
 import threading
 import weakref
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import NoReturn, Protocol, cast
+from typing import NamedTuple, NoReturn, Protocol, cast
 
 import rocksdict
 
@@ -65,6 +65,16 @@ class RestoreBatch(Protocol):
     def len(self) -> int: ...
 
     def is_empty(self) -> bool: ...
+
+
+class ReadPath(NamedTuple):
+    """What :meth:`Store.get` does, in three calls (see :meth:`Store.read_path`): each
+    lookup is a ``dict.get`` (key, default), returning the default when the key is not
+    there; ``miss`` reads RocksDB."""
+
+    buffered: Callable[[bytes, object], object]
+    cached: Callable[[bytes, object], object]
+    miss: Callable[[bytes], bytes | None]
 
 
 class StoreError(FatalError):
@@ -277,6 +287,18 @@ class Store:
                 self._remember(key, value)  # type: ignore[arg-type]
         return value  # type: ignore[return-value]
 
+    def read_path(self) -> ReadPath:
+        """:meth:`get` as three calls a caller can make inline, one Python call fewer per
+        read on the per-record path (issue 14): the buffer's lookup, the read cache's, and
+        the miss (a RocksDB point read, then remembered). Valid while the store is open:
+        neither dict is ever replaced, only changed in place."""
+        return ReadPath(self._buffer.get, self._cache.get, self._read_and_remember)
+
+    def _read_and_remember(self, key: bytes) -> bytes | None:
+        value = self._read_committed(key)
+        self._remember(key, value)
+        return value
+
     def _remember(self, key: bytes, value: bytes | None) -> None:
         size = len(key) + (0 if value is None else len(value)) + _CACHE_ENTRY_BYTES
         if size > self._env.read_cache_share:
@@ -311,7 +333,8 @@ class Store:
                 break
             kept += size
             first -= 1
-        self._cache = dict(entries[first:])
+        self._cache.clear()  # in place: read paths hold the dict (see read_path)
+        self._cache.update(entries[first:])
         self._cache_bytes = kept
 
     def _forget_cached(self) -> None:
