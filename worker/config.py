@@ -138,7 +138,8 @@ class Settings(BaseModel):
 
     @property
     def producer_queue_kbytes(self) -> int:
-        """librdkafka ``queue.buffering.max.kbytes`` of the producer (changelogs and sinks)."""
+        """librdkafka ``queue.buffering.max.kbytes`` of the producers, in all: changelogs and
+        sinks under exactly-once, split in half between the two at-least-once producers."""
         return self.output_buffer_max_bytes // 1024
 
     @property

@@ -411,11 +411,22 @@ class DataConsumer(_PositionedConsumer):
 
 
 class RecordCollector:
-    """The producer for changelogs and sinks; remembers the acked offset of each changelog.
+    """The producers for changelogs and sinks; remembers the acked offset of each changelog.
+
+    Two producers under at-least-once: changelog records need their acknowledged offsets,
+    so each reports its delivery; sink records only need their failures known, so their
+    producer reports failed deliveries only (``delivery.report.only.error``). A success
+    report costs the processing thread a Python object per record and a call (issue 14:
+    7% of the count-and-sum worker's time at one output per input). Each producer queues
+    up to half of ``output.buffer.max.bytes``. Under exactly-once one transactional
+    producer carries both, with all of it (:class:`worker.kafka.transactions.TransactionalCollector`).
 
     ``flush()`` returns only when every record is acknowledged and raises if any was not,
     so a commit never records an offset for data Kafka does not have.
     """
+
+    # Sink records through a producer of their own (at-least-once; see the class doc).
+    separate_sinks = True
 
     def __init__(self, settings: Settings, extra: Mapping[str, Any] | None = None) -> None:
         config = base_config(settings, "producer")
@@ -429,18 +440,26 @@ class RecordCollector:
                 "queue.buffering.max.messages": 1000000,
                 # The bytes bound binds first (1 KiB records: 16 MiB is 16,000 of them);
                 # a full queue makes produce() wait for acks (see _produce).
-                "queue.buffering.max.kbytes": settings.producer_queue_kbytes,
+                "queue.buffering.max.kbytes": max(
+                    1, settings.producer_queue_kbytes // (2 if self.separate_sinks else 1)
+                ),
             }
         )
         config.update(extra or {})
-        # Sink records' delivery reports (changelog records name their own callback).
+        # Delivery reports of records that name no callback of their own (sink records).
         config["on_delivery"] = self._on_sink
         self._config = config
-        self._producer = ck.Producer(config)
         self._errors: list[ck.KafkaError] = []
         self.acked: dict[TP, int] = {}
         # Bound once: the producer keeps a reference per record in flight.
         self._changelog_cb = self._on_changelog
+        self._producer = ck.Producer(config)
+        self._sink_producer = self._producer
+        if self.separate_sinks:
+            # Failed deliveries reported only (class doc).
+            sink_config = {**config, "delivery.report.only.error": True}
+            sink_config["client.id"] = f"{config['client.id']}-sink"
+            self._sink_producer = ck.Producer(sink_config)
 
     def _on_sink(self, err: ck.KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -465,13 +484,14 @@ class RecordCollector:
         once. (Measured per record on this machine: 1.8 us of the processing thread with
         ``on_delivery=`` and ``headers=`` keywords, 1.25 us like this.)
         """
+        producer = self._sink_producer
         try:
             if headers:
-                self._producer.produce(topic, value, key, headers=headers)
+                producer.produce(topic, value, key, headers=headers)
             else:
-                self._producer.produce(topic, value, key)  # positional: no kwargs to parse
+                producer.produce(topic, value, key)  # positional: no kwargs to parse
         except (BufferError, ck.KafkaException):
-            self._produce(topic, key, value, None, headers, None)
+            self._produce(topic, key, value, None, headers, None, producer)
 
     def send_changelog(
         self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
@@ -484,7 +504,7 @@ class RecordCollector:
             try:
                 produce(topic, value, key, partition, callback)  # positional, see send()
             except (BufferError, ck.KafkaException):
-                self._produce(topic, key, value, partition, None, callback)
+                self._produce(topic, key, value, partition, None, callback, self._producer)
                 produce = self._producer.produce  # the general path may replace the producer
 
     def _produce(
@@ -495,6 +515,7 @@ class RecordCollector:
         partition: int | None,
         headers: Any,
         callback: Any,
+        producer: ck.Producer,
     ) -> None:
         kwargs: dict[str, Any] = {} if callback is None else {"on_delivery": callback}
         if partition is not None:
@@ -503,10 +524,10 @@ class RecordCollector:
             kwargs["headers"] = headers
         while True:
             try:
-                self._producer.produce(topic, value, key, **kwargs)
+                producer.produce(topic, value, key, **kwargs)
                 return
             except BufferError:
-                self._producer.poll(0.05)  # local queue full: let deliveries drain
+                producer.poll(0.05)  # local queue full: let deliveries drain
             except ck.KafkaException as exc:
                 error = kafka_error(exc)
                 if error is not None and rejects_record(error):
@@ -516,11 +537,15 @@ class RecordCollector:
 
     def poll(self) -> None:
         self._producer.poll(0)
+        if self._sink_producer is not self._producer:
+            self._sink_producer.poll(0)
 
     def flush(self, timeout: float) -> None:
         """Wait for every ack; raise ProduceFailed (FatalError for a dead producer) if any
         record failed or is not acknowledged in time."""
         remaining = self._producer.flush(timeout)
+        if self._sink_producer is not self._producer:
+            remaining += self._sink_producer.flush(timeout)
         if remaining:
             raise ProduceFailed(f"{remaining} records not acknowledged within {timeout}s")
         if self._errors:
@@ -529,3 +554,5 @@ class RecordCollector:
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.flush(timeout)
+        if self._sink_producer is not self._producer:
+            self._sink_producer.flush(timeout)

@@ -119,6 +119,8 @@ class TransactionalCollector(RecordCollector):
     The producer's lifecycle is :class:`TxnState` (``transaction.transition`` at debug).
     """
 
+    separate_sinks = False  # sink records go in the same transactions as the changelogs
+
     def __init__(
         self, settings: Settings, transactional_id: str, metrics: Metrics | None = None
     ) -> None:
@@ -269,6 +271,6 @@ class TransactionalCollector(RecordCollector):
         self._errors.clear()
         if self._fsm.state is not TxnState.UNINITIALISED:
             self._fsm.transition(TxnState.UNINITIALISED, f"producer replaced: {reason}")
-        self._producer = ck.Producer(self._config)
+        self._producer = self._sink_producer = ck.Producer(self._config)
         with contextlib.suppress(TransactionAborted):
             self._init()  # the broker is away: the next transaction's _begin tries again
