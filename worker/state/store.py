@@ -309,33 +309,37 @@ class Store:
             self._trim_cache()
 
     def _cache_committed(self) -> None:
-        """The buffer was just committed: its values are RocksDB's now, keep them."""
-        self._cache.update(self._buffer)
-        self._cache_bytes += self._pending_bytes + len(self._buffer) * _CACHE_ENTRY_BYTES
+        """The buffer was just committed: its values are RocksDB's now, keep them.
+
+        Keys the cache held already are counted again only if new: the added entries are
+        counted at the buffer's mean entry size (a count, not a pass over the keys in
+        Python; the commit stops processing while it runs).
+        """
+        cache, buffer = self._cache, self._buffer
+        before = len(cache)
+        cache.update(buffer)
+        added = len(cache) - before
+        if added:
+            self._cache_bytes += added * (self._pending_bytes // len(buffer) + _CACHE_ENTRY_BYTES)
         if self._cache_bytes > self._env.read_cache_share:
             self._trim_cache()
 
     def _trim_cache(self) -> None:
-        """Over its share: keep the entries added last, up to half the share.
+        """Over its share: keep the entries added last, about half the share.
 
-        Half, so that a trim (one pass over the cache) comes at most once per half a
-        share of new entries; with a key space larger than the cache, emptying it instead
-        (as before issue 14) made every read after a commit a RocksDB point read.
+        Half, so that a trim comes at most once per half a share of new entries; with a
+        key space larger than the cache, emptying it instead (as before issue 14) made
+        every read after a commit a RocksDB point read. The entries kept are counted at
+        the cache's mean entry size, so the trim is three C calls over the entries, not a
+        Python loop (it runs inside commits, which stop processing).
         """
-        budget = self._env.read_cache_share // 2
-        entries = list(self._cache.items())
-        kept = 0
-        first = len(entries)
-        while first > 0:
-            key, value = entries[first - 1]
-            size = len(key) + (0 if value is None else len(value)) + _CACHE_ENTRY_BYTES
-            if kept + size > budget:
-                break
-            kept += size
-            first -= 1
-        self._cache.clear()  # in place: read paths hold the dict (see read_path)
-        self._cache.update(entries[first:])
-        self._cache_bytes = kept
+        cache, used = self._cache, self._cache_bytes
+        count = len(cache)
+        keep = count * (self._env.read_cache_share // 2) // used if used > 0 else 0
+        entries = list(cache.items())[count - keep :] if keep else []
+        cache.clear()  # in place: read paths hold the dict (see read_path)
+        cache.update(entries)
+        self._cache_bytes = used * keep // count if count else 0
 
     def _forget_cached(self) -> None:
         self._cache.clear()
