@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from tests.fakes import DictStore, FakeCollector
+from tests.support.feeding import feed
 from worker.dev import sample_data
 from worker.examples import payments as app
 from worker.processing.graph import TaskGraph
@@ -121,9 +122,9 @@ def test_the_topology_over_sample_payments_equals_the_reference_computation() ->
     graph = TaskGraph(subtopology, "0_0", stores, collector)
 
     for offset, (account, value) in enumerate(profiles.items()):
-        graph.process(app.PROFILES, 0, offset, 0, account.encode(), JSON.serialize(value))
+        feed(graph, app.PROFILES, 0, offset, 0, account.encode(), JSON.serialize(value))
     for offset, (account, payment) in enumerate(stream):
-        graph.process(app.PAYMENTS, 0, offset, 0, account.encode(), JSON.serialize(payment))
+        feed(graph, app.PAYMENTS, 0, offset, 0, account.encode(), JSON.serialize(payment))
 
     want_totals, want_alerts = sample_data.reference(profiles, stream)
     totals = {k.decode(): orjson.loads(v) for k, v in stores[app.TOTALS].data.items()}

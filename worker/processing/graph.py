@@ -78,29 +78,16 @@ class TaskGraph:
             s.topic: self._source_runner(s, nodes[s.name]) for s in subtopology.sources
         }
 
-    def process(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Any = None,
-    ) -> None:
-        """Run one input record given by its parts.
+    def runner(self, topic: str) -> Runner:
+        """The function that runs one record of ``topic`` through the graph; the task
+        calls it for each record of a run.
 
         It deserialises the record and passes it down the graph. A record over the size
         bound, or whose key or value does not deserialise, goes to the error handler:
         ``fail`` raises RecordFailed, the other policies skip it and return. An error
-        raised by a processor or a sink propagates unchanged: the task manager retries the
+        raised by a processor or a sink propagates unchanged: the router retries the
         record and applies the processing policy.
         """
-        self._runners[topic](_Record(topic, partition, offset, timestamp, key, value, headers))
-
-    def runner(self, topic: str) -> Runner:
-        """The function that runs one record of ``topic`` through the graph, as
-        :meth:`process` does; the task calls it for each record of a run."""
         return self._runners[topic]
 
     def _source_runner(self, source: SourceNode, node: Node) -> Runner:
@@ -176,48 +163,3 @@ def _bad(record: Record) -> BadRecord:
         record.value(),
         record.headers(),
     )
-
-
-class _Record:
-    """A record given by its parts, with the methods of confluent-kafka's ``Message``."""
-
-    __slots__ = ("_topic", "_partition", "_offset", "_timestamp", "_key", "_value", "_headers")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Any,
-    ) -> None:
-        self._topic = topic
-        self._partition = partition
-        self._offset = offset
-        self._timestamp = timestamp
-        self._key = key
-        self._value = value
-        self._headers = headers
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._timestamp)  # (TIMESTAMP_CREATE_TIME, ms)
-
-    def headers(self) -> Any:
-        return self._headers
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value

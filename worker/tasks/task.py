@@ -240,10 +240,6 @@ class Task:
 
     # -- processing ------------------------------------------------------------------
 
-    def process(self, msg: Any) -> None:
-        """Run one source record through the graph (actives only); see :meth:`process_run`."""
-        self.process_run([msg], 0)
-
     def process_run(self, messages: Sequence[Any], start: int) -> int:
         """Run ``messages[start]`` and the records after it from the same source partition
         through the graph (actives only). Returns the index after the last one processed.
@@ -256,11 +252,11 @@ class Task:
         """
         first = messages[start]
         topic, partition = first.topic(), first.partition()
-        run = self._graph.runner(topic)  # type: ignore[union-attr]
         poisoned = self._poisoned
         end = len(messages)
         i = start
         try:
+            run = self._graph.runner(topic)  # type: ignore[union-attr]
             while i < end:
                 msg = messages[i]
                 if msg.partition() != partition or msg.topic() != topic:

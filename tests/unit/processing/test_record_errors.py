@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import DictStore, FakeCollector
+from tests.support.feeding import feed
 from worker.clock import FakeClock
 from worker.observability import Metrics, get_logger
 from worker.processing import ProcessorContext, Topology
@@ -63,7 +64,7 @@ class World:
         self.graph = TaskGraph(subtopology, "0_1", {"t": self.table}, self.collector, self.errors)
 
     def send(self, key: bytes | None, value: bytes | None, offset: int = 7) -> None:
-        self.graph.process("input", 1, offset, 1234, key, value, [("trace", b"x")])
+        feed(self.graph, "input", 1, offset, 1234, key, value, [("trace", b"x")])
 
     def skipped(self, reason: str) -> float:
         value = self.metrics.registry.get_sample_value(
@@ -146,8 +147,8 @@ def test_a_record_over_max_record_bytes_takes_the_deserialization_policy_without
 def test_an_oversized_table_record_is_not_written_to_the_table() -> None:
     world = World(LOG, max_record_bytes=10)
 
-    world.graph.process("table-topic", 1, 0, 0, b"k", b"x" * 11)
-    world.graph.process("table-topic", 1, 1, 0, b"j", b"1")
+    feed(world.graph, "table-topic", 1, 0, 0, b"k", b"x" * 11)
+    feed(world.graph, "table-topic", 1, 1, 0, b"j", b"1")
 
     assert world.table.get(b"k") is None and world.table.get(b"j") == b"1"
     assert world.skipped("record_too_large") == 1
@@ -168,7 +169,7 @@ def test_without_a_handler_deserialization_errors_propagate_unchanged() -> None:
     graph = TaskGraph(subtopology, "0_1", {}, world.collector)
 
     with pytest.raises(ValueError, match="not JSON"):
-        graph.process("input", 0, 0, 0, b"a", b"{")
+        feed(graph, "input", 0, 0, 0, b"a", b"{")
 
 
 def test_skipped_records_log_at_most_one_line_a_second_counting_the_rest() -> None:

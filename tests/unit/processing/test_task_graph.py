@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import FakeCollector, SentRecord
+from tests.support.feeding import feed
 from worker.errors import TopologyError
 from worker.processing import ProcessorContext, Topology
 from worker.processing.graph import TaskGraph
@@ -73,7 +74,7 @@ def stream(fn: Processor, stores: tuple[str, ...] = ()) -> Topology:
 
 
 def send(graph: TaskGraph, key: bytes | None, value: bytes | None, offset: int = 0) -> None:
-    graph.process("input", 1, offset, 1_700_000_000_000, key, value)
+    feed(graph, "input", 1, offset, 1_700_000_000_000, key, value)
 
 
 # -- stores --------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def test_a_table_is_readable_but_not_writable_by_processors(
     )
     raw = stores("profiles")
     graph = graph_of(topology, raw, collector)
-    graph.process("profiles", 1, 0, 0, b"a", b'{"mean": 10}')
+    feed(graph, "profiles", 1, 0, 0, b"a", b'{"mean": 10}')
 
     send(graph, b"a", b"{}")
 
@@ -315,8 +316,8 @@ def test_the_processor_sees_the_record_metadata_and_task_id(collector: FakeColle
     graph = graph_of(stream(look), {}, collector, task_id="0_7")
     headers = [("trace", b"abc")]
 
-    graph.process("input", 7, 42, 1_700_000_000_123, b"a", b"1", headers)
-    graph.process("input", 7, 43, 1_700_000_000_456, b"b", b"2")
+    feed(graph, "input", 7, 42, 1_700_000_000_123, b"a", b"1", headers)
+    feed(graph, "input", 7, 43, 1_700_000_000_456, b"b", b"2")
 
     assert seen == [
         ("0_7", "input", 7, 42, 1_700_000_000_123, headers),
@@ -388,10 +389,10 @@ def test_table_records_upsert_the_store_and_a_null_value_deletes(
     raw.put(b"old", b'"x"')
     raw.commit({})
 
-    graph.process("table-topic", 0, 0, 0, b"a", b"1")
-    graph.process("table-topic", 0, 1, 0, b"a", b"2")
-    graph.process("table-topic", 0, 2, 0, b"b", b"3")
-    graph.process("table-topic", 0, 3, 0, b"old", None)
+    feed(graph, "table-topic", 0, 0, 0, b"a", b"1")
+    feed(graph, "table-topic", 0, 1, 0, b"a", b"2")
+    feed(graph, "table-topic", 0, 2, 0, b"b", b"3")
+    feed(graph, "table-topic", 0, 3, 0, b"old", None)
 
     assert dict(raw.pending()) == {b"a": b"2", b"b": b"3", b"old": None}
     assert raw.get(b"old") is None
@@ -401,8 +402,8 @@ def test_table_records_upsert_the_store_and_a_null_value_deletes(
 def test_null_key_table_records_are_ignored(stores: Stores, collector: FakeCollector) -> None:
     graph, raw = table_only(collector, stores)
 
-    graph.process("table-topic", 0, 0, 0, None, b"1")
-    graph.process("table-topic", 0, 1, 0, None, None)
+    feed(graph, "table-topic", 0, 0, 0, None, b"1")
+    feed(graph, "table-topic", 0, 1, 0, None, None)
 
     assert dict(raw.pending()) == {}
 
@@ -422,8 +423,8 @@ def test_a_table_with_children_forwards_each_update_after_storing_it(
     )
     graph = graph_of(topology, stores("t"), collector)
 
-    graph.process("table-topic", 0, 0, 0, b"a", b"1")
-    graph.process("table-topic", 0, 1, 0, b"a", None)
+    feed(graph, "table-topic", 0, 0, 0, b"a", b"1")
+    feed(graph, "table-topic", 0, 1, 0, b"a", None)
 
     assert seen == [("a", 1, b"stored"), ("a", None, None)]
 
@@ -440,7 +441,7 @@ def test_null_key_table_records_reach_neither_the_store_nor_the_tables_children(
     opened = stores("t")
     graph = graph_of(topology, opened, collector)
 
-    graph.process("table-topic", 0, 0, 0, None, b"1")
+    feed(graph, "table-topic", 0, 0, 0, None, b"1")
 
     assert dict(opened["t"].pending()) == {}
     assert seen == []  # Kafka Streams drops a null-key table record entirely

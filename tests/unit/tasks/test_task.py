@@ -248,8 +248,8 @@ def test_produce_changelogs_sends_each_buffered_key_once_and_nothing_for_tables(
 ) -> None:
     run(task)
     for offset, key in enumerate(["a", "b", "a", "a"]):
-        task.process(event(offset, key))
-    task.process(event(0, "a", topic=LABELS, value="red"))
+        task.process_run([event(offset, key)], 0)
+    task.process_run([event(0, "a", topic=LABELS, value="red")], 0)
 
     sent = task.produce_changelogs()
 
@@ -310,8 +310,8 @@ def test_commit_stores_uses_the_acked_offset_for_stores_and_the_consumed_one_for
     task: Task,
 ) -> None:
     run(task)
-    task.process(event(7, "a"))
-    task.process(event(3, "a", topic=LABELS, value="red"))
+    task.process_run([event(7, "a")], 0)
+    task.process_run([event(3, "a", topic=LABELS, value="red")], 0)
     task.produce_changelogs()  # step 1 of the protocol: the store's changelog is written
 
     task.commit_stores({CL: 41, ("elsewhere", 0): 5})
@@ -329,8 +329,8 @@ def test_source_offsets_to_commit_are_next_offsets_of_the_partitions_that_moved(
     assert task.source_offsets_to_commit() == {}
     assert not task.needs_commit()
 
-    task.process(event(5, "a"))
-    task.process(event(6, "b"))
+    task.process_run([event(5, "a")], 0)
+    task.process_run([event(6, "b")], 0)
 
     assert task.needs_commit()
     assert task.source_offsets_to_commit() == {EV: 7}
@@ -340,7 +340,7 @@ def test_source_offsets_to_commit_are_next_offsets_of_the_partitions_that_moved(
 
 def test_discard_uncommitted_drops_buffered_writes_and_consumed_positions(task: Task) -> None:
     run(task)
-    task.process(event(0, "a"))
+    task.process_run([event(0, "a")], 0)
     assert task.pending_bytes > 0
 
     task.discard_uncommitted()
