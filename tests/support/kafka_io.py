@@ -105,37 +105,3 @@ def produce_raw(
         producer.produce(topic, value, key, on_delivery=on_delivery)
     remaining = producer.flush(30)
     assert not remaining and not failures, f"producing to {topic}: {failures or remaining}"
-
-
-def read_messages(bootstrap: str, topic: str, timeout: float = 30.0) -> list[ck.Message]:
-    """Every committed message of every partition of ``topic`` (read_committed), headers
-    included."""
-    consumer = ck.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "test-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    out: list[ck.Message] = []
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in meta.partitions])
-        pending = set(meta.partitions)
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(10000, 0.5):
-                err = msg.error()
-                if err is None:
-                    out.append(msg)
-                elif err.code() == ck.KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                else:
-                    raise AssertionError(f"reading {topic}: {err}")
-        assert not pending, f"reading {topic}: partitions {sorted(pending)} not read to the end"
-        return out
-    finally:
-        consumer.close()

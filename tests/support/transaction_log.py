@@ -33,6 +33,7 @@ class LogRecord:
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def read_committed_partition(
@@ -55,7 +56,10 @@ def read_committed_partition(
                         if marker.commit:  # type: ignore[attr-defined]
                             kept.extend(records)
                     continue
-                records = [LogRecord(r.offset, r.timestamp, r.key, r.value) for r in batch]
+                records = [
+                    LogRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+                    for r in batch
+                ]
                 if batch.is_transactional:
                     pending.setdefault(batch.producer_id, []).extend(records)
                 else:
