@@ -96,6 +96,12 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
         "heartbeat_interval_ms": settings.heartbeat_interval_ms,
         "max_poll_interval_ms": settings.max_poll_interval_ms,
         "enable_auto_commit": False,
+        # Under exactly-once kafka-python then fetches committed offsets with KIP-447's
+        # require_stable: on Kafka the offsets of a transaction are materialised after
+        # commit_transaction returns, and a fetch in between (a revival right after a
+        # commit) would get the previous ones and reprocess committed input. The broker
+        # answers UNSTABLE_OFFSET_COMMIT until they are, and kafka-python retries.
+        "isolation_level": "read_committed" if settings.exactly_once else "read_uncommitted",
         "allow_auto_create_topics": False,
         "metrics_enabled": False,
         # kafka-python backs off reconnects up to 30 s by default: after an outage the

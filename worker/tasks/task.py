@@ -302,13 +302,18 @@ class Task:
         reading them twice would show processors older versions of rows just restored.
         """
         positions = {tp: committed.get(tp) for tp in self.source_partitions}
+        # A revived task never resumes before what it committed itself: a broker that
+        # answers the fetch before a just-committed transaction's offsets are materialised
+        # (one without KIP-447's require_stable) would have it reprocess committed input.
+        for tp, own in self._committed_sources.items():
+            found = positions.get(tp, own)
+            if found is None or own > found:
+                positions[tp] = own
+        self._committed_sources = {tp: off for tp, off in positions.items() if off is not None}
         for name, tp in self._pure_table_partitions.items():
             stored = self.stores[name].committed_offsets().get(tp)
             if stored is not None and stored + 1 > (positions[tp] or 0):
                 positions[tp] = stored + 1
-        self._committed_sources = {
-            tp: off for tp, off in committed.items() if off is not None and tp in positions
-        }
         return positions
 
     def progress(self) -> int:

@@ -34,6 +34,18 @@ def test_timeouts_group_and_commit_mode_come_from_settings() -> None:
     assert config["group_instance_id"] is None
 
 
+@pytest.mark.parametrize(
+    "guarantee, isolation",
+    [("at_least_once", "read_uncommitted"), ("exactly_once_v2", "read_committed")],
+)
+def test_exactly_once_fetches_committed_offsets_only_once_stable(
+    guarantee: str, isolation: str
+) -> None:
+    # kafka-python sends OffsetFetch with require_stable under read_committed (KIP-447).
+    config = kafka_python_config(_settings(**{"processing.guarantee": guarantee}))
+    assert config["isolation_level"] == isolation
+
+
 def test_a_group_instance_id_is_passed_on() -> None:
     config = kafka_python_config(_settings(**{"group.instance.id": "worker-0"}))
     assert config["group_instance_id"] == "worker-0"

@@ -384,3 +384,16 @@ def test_a_table_feeding_no_processor_resumes_after_what_its_store_holds(task: T
 def test_a_stream_source_always_resumes_at_the_committed_offset(task: Task) -> None:
     task.open()
     assert task.start_positions({EV: None, LB: None}) == {EV: None, LB: None}
+
+
+def test_a_revived_task_never_resumes_before_what_it_committed_itself(task: Task) -> None:
+    run(task, {EV: 4})
+    task.process_run([event(9, "a")], 0)
+    task.mark_sources_committed(task.source_offsets_to_commit())  # committed: next is 10
+    task.discard_uncommitted()  # revived
+
+    # The broker answers with the offsets from before that commit (on Kafka: a fetch
+    # without require_stable before the transaction's offsets are materialised).
+    assert task.start_positions({EV: 4, LB: None})[EV] == 10
+    assert task.start_positions({EV: None, LB: None})[EV] == 10
+    assert task.start_positions({EV: 12, LB: None})[EV] == 12, "a newer answer wins"
