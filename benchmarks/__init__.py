@@ -13,6 +13,7 @@ BENCHMARK_NAMES = (
     "availability",
     "throughput",
     "count_sum",
+    "per_record",
     "processes",
     "restore",
     "memory",

@@ -291,3 +291,29 @@ def cores(path: Path, title: str, runs: Mapping[str, Mapping[str, float]], cpu_c
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
+
+
+def stacked(path: Path, title: str, bars: Mapping[str, Mapping[str, float]], unit: str) -> Path:
+    """Horizontal bars split into labelled parts (the same part labels share a colour)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.7 * len(bars)))
+    colours: dict[str, Any] = {}
+    palette = plt.get_cmap("tab10")
+    for row, parts in enumerate(bars.values()):
+        left = 0.0
+        for part, value in parts.items():
+            colour = colours.setdefault(part, palette(len(colours) % 10))
+            label = part if row == _first_row(bars, part) else None  # once in the legend
+            ax.barh(row, value, left=left, color=colour, label=label)
+            left += value
+    ax.set_yticks(range(len(bars)), list(bars), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=7)
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, path)
+
+
+def _first_row(bars: Mapping[str, Mapping[str, float]], part: str) -> int:
+    return next(i for i, parts in enumerate(bars.values()) if part in parts)

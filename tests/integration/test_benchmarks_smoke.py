@@ -40,6 +40,9 @@ EXPECTED_ROWS = {
         "records/s, small key space",
         "records/s, large key space",
     ],
+    "Per-record CPU in one process: the worker against the same work by hand": [
+        "CPU per record, us (in one process, records fetched beforehand)"
+    ],
     "Every core: 1 worker process against 2": [
         "records/s, 2 processes against 1",
         "records/s, 2 processes against raw consume-and-produce",

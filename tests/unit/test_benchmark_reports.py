@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import count_sum, spark_load, throughput
+from benchmarks import count_sum, per_record, spark_load, throughput
 from benchmarks.results import PlotPath
 
 
@@ -64,6 +64,30 @@ def test_count_sum_holds_the_target_against_the_large_key_space_only(tmp_path: P
     assert large_row.met is False  # 0.10 of the ceiling, the target 0.20
     assert "Commits: 5 in the measured run, 0.60s in all (0.12s each" in result.details[2]
     assert result.plots == [tmp_path / "count_sum.png"]
+
+
+def test_per_record_compares_the_least_cpu_of_each_way_and_splits_the_workers(
+    tmp_path: Path,
+) -> None:
+    params = per_record.Params(payments=1_000, accounts=10, reps=3)
+    measured = per_record.Measured(
+        params,
+        worker=[6.0, 5.0, 7.0],
+        worker_commit=[0.3, 0.2, 0.4],
+        noop=[1.5, 1.2, 1.4],
+        by_hand=[2.5, 3.0, 2.0],
+    )
+
+    result = per_record.report(measured, plot_path(tmp_path))
+
+    (row,) = result.rows
+    assert (row.measured, row.baseline, row.target) == (5.0, 2.0, None)
+    assert row.ratio == pytest.approx(2.5)
+    # The least worker run's own commit share (0.2) is the one subtracted: 5.0 - 2.0 - 0.2.
+    assert "takes 2.00 us (40%) and commits 0.20 us; the other 2.80 us" in result.details[2]
+    assert "take 1.20 us" in result.details[2]
+    assert result.plots == [tmp_path / "per_record.png"]
+    assert result.plots[0].stat().st_size > 0
 
 
 def test_spark_load_rows_are_rates_of_the_same_rows(tmp_path: Path) -> None:
