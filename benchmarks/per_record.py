@@ -151,6 +151,11 @@ def _measure_in_child(bootstrap: str, workdir: Path, params: Params, sender: Any
     configure_logging("warning", "console")
     try:
         profiles, payments = _fetch(bootstrap, app.PROFILES), _fetch(bootstrap, app.PAYMENTS)
+        if (len(profiles), len(payments)) != (params.accounts, params.payments):
+            raise BenchmarkFailed(
+                f"fetched {len(profiles):,} profiles and {len(payments):,} payments, not "
+                f"{params.accounts:,} and {params.payments:,}"
+            )
         worker: list[float] = []
         commits: list[float] = []
         noop: list[float] = []
@@ -255,7 +260,9 @@ def _worker_run(
         tasks = frozenset(TaskId(0, p) for p in range(EXAMPLE_PARTITIONS))
         parts.manager.on_assigned(Assignment(tasks, frozenset(), frozenset(), {}, {}, 1))
         deadline = time.monotonic() + 60
-        while parts.tasks.restoring() and time.monotonic() < deadline:
+        while parts.tasks.restoring():
+            if time.monotonic() > deadline:
+                raise BenchmarkFailed("the tasks did not finish restoring in 60s")
             parts.tasks.restore_step(timeout=0.1)
         _feed(parts.router.process, profiles, collector)
         parts.committer.commit()
