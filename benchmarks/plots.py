@@ -302,8 +302,8 @@ def stacked(path: Path, title: str, bars: Mapping[str, Mapping[str, float]], uni
     for row, parts in enumerate(bars.values()):
         left = 0.0
         for part, value in parts.items():
+            label = None if part in colours else part  # once in the legend
             colour = colours.setdefault(part, palette(len(colours) % 10))
-            label = part if row == _first_row(bars, part) else None  # once in the legend
             ax.barh(row, value, left=left, color=colour, label=label)
             left += value
     ax.set_yticks(range(len(bars)), list(bars), fontsize=8)
@@ -313,7 +313,3 @@ def stacked(path: Path, title: str, bars: Mapping[str, Mapping[str, float]], uni
     ax.legend(loc="lower right", fontsize=7)
     ax.grid(alpha=0.3, axis="x")
     return _save(fig, path)
-
-
-def _first_row(bars: Mapping[str, Mapping[str, float]], part: str) -> int:
-    return next(i for i, parts in enumerate(bars.values()) if part in parts)
