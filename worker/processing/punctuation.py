@@ -158,7 +158,7 @@ class Punctuations:
         A stream time below the last one checked is ignored (stream time never goes back).
 
         Raises:
-            PunctuatorFailed: a callback raised; later due schedules fire at the next check.
+            PunctuatorFailed: a callback raised (the first one, once every due schedule ran).
         """
         if stream_time_ms <= self._stream_time:
             return 0
@@ -169,7 +169,7 @@ class Punctuations:
         """Fire the wall schedules due on the monotonic clock.
 
         Raises:
-            PunctuatorFailed: a callback raised; later due schedules fire at the next check.
+            PunctuatorFailed: a callback raised (the first one, once every due schedule ran).
         """
         heap = self._heaps[PunctuationKind.WALL]
         if not heap:
@@ -192,7 +192,8 @@ class Punctuations:
         """Pop every schedule due at ``now``, reschedule it past ``now``, then call it with
         ``passed``. Rescheduling first: a schedule fires at most once per check, also when
         its callback registers or cancels schedules, and a failed one is not retried in a
-        loop."""
+        loop. One failing callback does not keep the others of the check from running;
+        the first failure is raised once they have."""
         heap = self._heaps[kind]
         due: list[Schedule] = []
         while heap and heap[0][0] <= now:
@@ -204,14 +205,18 @@ class Punctuations:
             heapq.heappush(heap, (schedule.next_due_ms, next(self._order), schedule))
             due.append(schedule)
         fired = 0
+        failed: tuple[Schedule, Exception] | None = None
         for schedule in due:
             if schedule.cancelled:  # cancelled by an earlier callback of this check
                 continue
             try:
                 schedule.callback(passed)
             except Exception as exc:
-                raise PunctuatorFailed(schedule.name, kind, passed) from exc
+                failed = failed or (schedule, exc)
+                continue
             fired += 1
+        if failed is not None:
+            raise PunctuatorFailed(failed[0].name, kind, passed) from failed[1]
         return fired
 
     def _cancelled(self, schedule: Schedule) -> None:

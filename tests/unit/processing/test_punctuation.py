@@ -215,16 +215,19 @@ def test_clear_drops_every_schedule() -> None:
 
 def test_a_raising_punctuator_is_named_and_not_retried_in_a_loop() -> None:
     queue = Punctuations(FakeClock(), stream_time_ms=0)
+    others: list[int] = []
 
     def boom(now: int) -> None:
         raise RuntimeError("bad state")
 
     queue.schedule(1000, "stream", boom, name="alerts#0")
+    queue.schedule(1000, "stream", others.append, name="totals#0")
 
     with pytest.raises(PunctuatorFailed, match="alerts#0") as caught:
         queue.punctuate_stream(1_000)
     assert isinstance(caught.value.__cause__, RuntimeError)
     assert caught.value.now_ms == 1_000
+    assert others == [1_000]  # the other punctuator of the check still ran
     assert queue.punctuate_stream(1_500) == 0
 
 
