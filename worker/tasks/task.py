@@ -248,12 +248,12 @@ class Task:
         """
         first = messages[start]
         topic, partition = first.topic(), first.partition()
-        failures: ProcessingFailures = self.failures  # type: ignore[assignment]
-        marked = failures.marked
         end = len(messages)
         i = start
         try:
             run = self._graph.runner(topic)  # type: ignore[union-attr]
+            failures: ProcessingFailures = self.failures  # type: ignore[assignment]
+            marked = failures.marked
             while i < end:
                 msg = messages[i]
                 if msg.partition() != partition or msg.topic() != topic:
