@@ -104,7 +104,7 @@ class TaskGraph:
             key = record.key()
             value = record.value()
             if (len(key) if key else 0) + (len(value) if value else 0) > max_bytes:
-                errors.too_large(_bad(record))  # type: ignore[union-attr]
+                errors.too_large(BadRecord.of(record))  # type: ignore[union-attr]
                 return
             if table is not None:
                 if key is None:
@@ -127,7 +127,7 @@ class TaskGraph:
                 except Exception as exc:
                     if errors is None:
                         raise
-                    errors.deserialization_failed(_bad(record), exc)
+                    errors.deserialization_failed(BadRecord.of(record), exc)
                     return
             for child in children:
                 ctx._node = child
@@ -150,16 +150,3 @@ class TaskGraph:
             send(topic, key_bytes, value_bytes)
 
         return write
-
-
-def _bad(record: Record) -> BadRecord:
-    """The record as the error handler reports it (built only on error paths)."""
-    return BadRecord(
-        record.topic() or "",
-        record.partition() or 0,
-        record.offset() or 0,
-        record.timestamp()[1],
-        record.key(),
-        record.value(),
-        record.headers(),
-    )

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 
 from worker.assignment.task_id import TP
 from worker.kafka.clients import DataConsumer
-from worker.processing.handlers import ExceptionPolicy
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader
 from worker.tasks.commit import CommitProtocol, GroupMemberView, commit_protocol
 from worker.tasks.committer import TaskCommitter
-from worker.tasks.failures import ProcessingFailures
 from worker.tasks.manager import TaskManager
 from worker.tasks.registry import Tasks
 from worker.tasks.router import RecordRouter
@@ -43,18 +41,13 @@ def build_task_parts(
 ) -> TaskParts:
     """Wire the parts over one registry. ``protocol`` defaults to the guarantee's
     (:func:`worker.tasks.commit.commit_protocol`); tests may pass their own."""
-    settings = ctx.settings
-    failures = ProcessingFailures(
-        ExceptionPolicy(settings.processing_exception_handler),
-        settings.processing_exception_max_retries,
-    )
     tasks = Tasks(ctx, reader, consumer, member)
     committer = TaskCommitter(
-        tasks, protocol or commit_protocol(settings, ctx.collector, member), failures
+        tasks, protocol or commit_protocol(ctx.settings, ctx.collector, member)
     )
     return TaskParts(
         tasks,
         TaskManager(topology, tasks, committer, high_watermarks),
-        RecordRouter(tasks, committer, failures),
+        RecordRouter(tasks, committer),
         committer,
     )

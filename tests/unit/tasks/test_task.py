@@ -21,9 +21,11 @@ from tests.unit.tasks.conftest import (
 from worker.clock import FakeClock
 from worker.errors import StateLocked, TaskCorrupted
 from worker.observability import Metrics
+from worker.processing.handlers import RecordFailed
 from worker.processing.topology import BuiltTopology
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
+from worker.tasks.failures import RunFailed
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
@@ -298,10 +300,14 @@ def test_a_failing_record_ends_the_run_with_its_index_and_the_records_before_it_
         event(7, "d"),
     ]
 
-    with pytest.raises(Exception, match="JSON|json"):
+    with pytest.raises(RunFailed) as raised:
         task.process_run(batch, 0)
 
-    assert task.failed_at == 2
+    assert (raised.value.index, raised.value.record) == (2, batch[2])
+    assert isinstance(raised.value.error, RecordFailed), (
+        "default.deserialization.exception.handler = fail"
+    )
+    assert "JSON" in str(raised.value.error) or "json" in str(raised.value.error)
     assert task.source_offsets_to_commit() == {EV: 6}
     assert len(collector.sent) == 2
 
