@@ -110,7 +110,7 @@ def at_least_once_collector(settings: Settings) -> RecordCollector:
     offsets, so each reports its delivery; sink records only need their failures known,
     so their producer reports failed deliveries only (``delivery.report.only.error``): a
     success report costs the processing thread a Python object and a call per record
-    (docs/benchmarks.md, "Measurements behind the Kafka adapters")."""
+    (docs/operations.md, "Measurements behind the Kafka adapters")."""
     deliveries = Deliveries()
     config = producer_config(settings, deliveries, producers=2, extra={})
     sink_config = {**config, "delivery.report.only.error": True}
@@ -146,7 +146,7 @@ class RecordCollector:
         (``Deliveries.on_sink``, set in the config); only a full queue or an error takes
         the general path (``_produce``), which waits for room or classifies the error.
         Nothing was queued when ``produce`` raised, so trying again there sends the record
-        once. Keyword arguments cost measurably per record (docs/benchmarks.md,
+        once. Keyword arguments cost measurably per record (docs/operations.md,
         "Measurements behind the Kafka adapters").
         """
         producer = self._sinks

@@ -31,7 +31,7 @@ class FetchedBatch:
     ``offset()``, ``key()``, ``value()``), errors and EOF events already taken out. The
     restore path writes them into RocksDB batches as they are: no tuple, list or grouping
     per record in between, which the restore profile showed to be a large part of its
-    time (docs/benchmarks.md, "Measurements behind the Kafka adapters").
+    time (docs/operations.md, "Measurements behind the Kafka adapters").
     """
 
     messages: list[Any]
@@ -156,7 +156,7 @@ class WatermarkReader:
     broker too (platform-facts.md), and it reads at most the tail the broker under-reports.
     The worker keeps one for its whole run: a consumer made per call made every
     assignment that opened tasks with local state wait for it to connect, during which no
-    task processed (docs/benchmarks.md, "Measurements behind the Kafka adapters").
+    task processed (docs/operations.md, "Measurements behind the Kafka adapters").
     Not thread-safe.
     """
 

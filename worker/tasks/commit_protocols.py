@@ -1,12 +1,11 @@
 """The two commit protocols, one per processing guarantee, over the running active tasks.
 
-Which one runs is chosen once, with the producer, by :mod:`worker.runtime.guarantee`.
-
 Both keep the architecture's invariant: a store's data and its changelog offset reach
 RocksDB in one write batch, and only once the changelog records they describe are safe
 in Kafka. They differ in what "safe" means and in how source offsets are committed.
 A protocol that cannot complete raises :class:`CommitFailed`; the task manager then
 drops the uncommitted work and revives the tasks from their last committed state.
+Which protocol runs is chosen once, with the producer, by :mod:`worker.runtime.guarantee`.
 """
 
 from __future__ import annotations
