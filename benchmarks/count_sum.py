@@ -40,7 +40,7 @@ TARGET = 0.20  # issue 14, at 200k keys
 
 APP_CODE = "the topology's own code (`benchmarks/apps.py`)"
 CATEGORIES = throughput.categories(APP_CODE, "benchmarks/apps.py")
-# The commit's steps (tasks/commit.py AtLeastOnceCommit), as shares of all busy samples.
+# The commit's steps (tasks/commit_protocols.py AtLeastOnceCommit), as shares of all busy samples.
 COMMIT_STEPS = [
     profiling.Category("changelog records produced", under=("Task.produce_changelogs",)),
     profiling.Category("producer flushed (waiting for acks)", under=("RecordCollector.flush",)),

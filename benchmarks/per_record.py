@@ -64,11 +64,13 @@ from worker.clock import SystemClock
 from worker.config import Settings, load
 from worker.dev import sample_data
 from worker.examples import payments as app
-from worker.kafka.clients import DataConsumer, RecordCollector, RestoreConsumer, WatermarkReader
+from worker.kafka.collector import RecordCollector
+from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.error_classifier import is_partition_eof
 from worker.observability import Metrics, configure_logging
 from worker.processing import ProcessorContext, Topology
 from worker.processing.topology import BuiltTopology
+from worker.runtime.guarantee import choose_guarantee
 from worker.serde import JSON, STR
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
@@ -245,7 +247,8 @@ def _worker_run(
     metrics, clock = Metrics(), SystemClock()
     state_dir = StateDirectory(workdir / application_id, application_id)
     state_dir.open()
-    collector = RecordCollector(settings)
+    guarantee = choose_guarantee(settings, state_dir.process_id, metrics)
+    collector = guarantee.collector
     consumer, restore = DataConsumer(settings), RestoreConsumer(settings)
     watermarks = WatermarkReader(settings)
     env = RocksDBEnv(settings.rocksdb_memory_bytes)
@@ -253,8 +256,15 @@ def _worker_run(
     reader: ChangelogReader[Any] = ChangelogReader(
         restore, metrics, settings.restore_batch_records, clock
     )
+    offset_book = _OffsetBook()
     parts = build_task_parts(
-        topology, task_ctx, reader, consumer, _OffsetBook(), high_watermarks=watermarks.read
+        topology,
+        task_ctx,
+        reader,
+        consumer,
+        offset_book,
+        guarantee.commit_protocol(offset_book),
+        high_watermarks=watermarks.read,
     )
     try:
         tasks = frozenset(TaskId(0, p) for p in range(EXAMPLE_PARTITIONS))

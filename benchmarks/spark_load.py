@@ -41,7 +41,7 @@ from worker.dev import history
 from worker.dev.broker import EmbeddedBroker
 from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.loader import read_topic
 from worker.kafka.table_writer import writer_config
 

@@ -23,7 +23,8 @@ from tests.integration.stuck_app import HANG, MARKER, TOPIC_ENV
 from tests.support.waiting import wait_until
 from worker.config import load
 from worker.dev.processes import WorkerProcess
-from worker.kafka.clients import Admin, TopicSpec, fetch_high_watermarks
+from worker.kafka.admin import Admin, TopicSpec
+from worker.kafka.consumers import fetch_high_watermarks
 from worker.kafka.loader import produce_records
 from worker.serde import STR
 from worker.state.checkpoint import read_checkpoint

@@ -23,7 +23,7 @@ from worker.assignment.model import Assignment, Subscription
 from worker.assignment.task_id import TP, TaskId
 from worker.config import Settings
 from worker.errors import TaskMigrated
-from worker.kafka.clients import Admin
+from worker.kafka.admin import Admin
 from worker.kafka.membership import Assigned, GroupMember, Lost, MembershipEvent, MemberState
 from worker.observability import Metrics
 

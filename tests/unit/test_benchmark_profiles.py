@@ -18,7 +18,7 @@ def test_each_sample_goes_to_the_first_category_that_claims_it(tmp_path: Path) -
     raw.write_text(
         "\n".join(
             [
-                stack(LOOP, "DataConsumer.consume (worker/kafka/clients.py:330)", count=10),
+                stack(LOOP, "DataConsumer.consume (worker/kafka/consumers.py:330)", count=10),
                 stack(
                     LOOP,
                     "RecordRouter.process (worker/tasks/router.py:50)",
@@ -28,7 +28,7 @@ def test_each_sample_goes_to_the_first_category_that_claims_it(tmp_path: Path) -
                 stack(
                     LOOP,
                     "TaskCommitter.commit (worker/tasks/committer.py:45)",
-                    "DataConsumer.consume (worker/kafka/clients.py:330)",
+                    "DataConsumer.consume (worker/kafka/consumers.py:330)",
                     count=5,
                 ),
                 stack(LOOP, "RecordRouter.process (worker/tasks/router.py:50)", count=15),

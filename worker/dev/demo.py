@@ -47,7 +47,7 @@ from worker.dev.processes import START_LINE, WorkerProcess, WorkerProcessFailed,
 from worker.dev.stalls import max_gap
 from worker.errors import WorkerError
 from worker.examples import payments as app
-from worker.kafka.clients import DataConsumer
+from worker.kafka.consumers import DataConsumer
 from worker.kafka.loader import produce_records, read_topic
 from worker.serde import JSON, STR
 

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import TaskMigrated
-from worker.kafka.clients import DataConsumer, RecordCollector
+from worker.kafka.collector import RecordCollector
+from worker.kafka.consumers import DataConsumer
 from worker.kafka.membership import GroupMember, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.runtime.probing import ProbeScheduler

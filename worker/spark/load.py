@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from worker.config import Settings
-from worker.kafka.clients import Admin
+from worker.kafka.admin import Admin
 from worker.kafka.table_writer import WriteSummary, writer_config
 from worker.serde import Serde
 from worker.spark.encoding import TableEncoder, ValueSpec, check_columns, resolve_serde

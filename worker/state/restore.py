@@ -28,7 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
-from worker.kafka.clients import RestoreConsumer
+from worker.kafka.consumers import RestoreConsumer
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 from worker.state.store import RestoreBatch, Store

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from worker.assignment.task_id import TP
-from worker.kafka.clients import DataConsumer
+from worker.kafka.consumers import DataConsumer
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader
-from worker.tasks.commit import CommitProtocol, GroupMemberView, commit_protocol
+from worker.tasks.commit_protocols import CommitProtocol, GroupMemberView
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.manager import TaskManager
 from worker.tasks.registry import Tasks
@@ -36,15 +36,13 @@ def build_task_parts(
     reader: ChangelogReader[Task],
     consumer: DataConsumer,
     member: GroupMemberView,
+    protocol: CommitProtocol,
     high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
-    protocol: CommitProtocol | None = None,
 ) -> TaskParts:
-    """Wire the parts over one registry. ``protocol`` defaults to the guarantee's
-    (:func:`worker.tasks.commit.commit_protocol`); tests may pass their own."""
+    """Wire the parts over one registry; ``protocol`` is the guarantee's commit
+    (:func:`worker.runtime.guarantee.choose_guarantee`)."""
     tasks = Tasks(ctx, reader, consumer, member)
-    committer = TaskCommitter(
-        tasks, protocol or commit_protocol(ctx.settings, ctx.collector, member)
-    )
+    committer = TaskCommitter(tasks, protocol)
     return TaskParts(
         tasks,
         TaskManager(topology, tasks, committer, high_watermarks),

@@ -16,7 +16,7 @@ from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
-from worker.kafka.clients import RecordCollector
+from worker.kafka.collector import RecordCollector
 from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger

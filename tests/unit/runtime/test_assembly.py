@@ -19,6 +19,7 @@ from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.runtime import assembly
 from worker.runtime.assembly import Hooks, Outcome, assemble
+from worker.runtime.guarantee import Guarantee
 from worker.runtime.status import Status
 from worker.state.directory import StateDirectory
 
@@ -69,7 +70,11 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> list[Closable]:
     monkeypatch.setattr(
         assembly, "prepare_topics", lambda *_a, **_k: TopicLayout(partitions={0: 1})
     )
-    monkeypatch.setattr(assembly, "RecordCollector", Closable)
+    monkeypatch.setattr(
+        assembly,
+        "choose_guarantee",
+        lambda *_a: Guarantee(Closable(), lambda _member: None),  # type: ignore[arg-type,return-value]
+    )
     monkeypatch.setattr(assembly, "DataConsumer", Closable)
     monkeypatch.setattr(assembly, "WatermarkReader", Closable)
 

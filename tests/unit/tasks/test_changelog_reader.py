@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from tests.fakes import FakeRestoreConsumer
 from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
 from worker.assignment.task_id import TaskId
-from worker.kafka.clients import FetchedBatch
+from worker.kafka.consumers import FetchedBatch
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader

@@ -149,7 +149,7 @@ def test_a_record_that_fails_once_revives_the_task_and_succeeds_on_retry(
     assert harness.commits.commit()
     assert committed_count(task, "a") == 5
     assert poison.calls == [1, 2, 3, 4, 3, 4, 5]  # from the committed offset again
-    assert harness.committer.offsets[(EVENTS, 1)] == 5
+    assert harness.group_offsets.offsets[(EVENTS, 1)] == 5
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 0
 
 
@@ -165,7 +165,7 @@ def test_a_record_failing_every_attempt_is_skipped_under_log_and_continue(
 
     assert poison.calls.count(2) == 3, "tried 1 + processing.exception.max.retries times"
     assert committed_count(task, "a") == 2, "its partial writes never reached the store"
-    assert harness.committer.offsets[(EVENTS, 1)] == 3, "committed past the skipped record"
+    assert harness.group_offsets.offsets[(EVENTS, 1)] == 3, "committed past the skipped record"
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 1
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 3
     assert [r for r in harness.collector.sent if r.topic == DLQ] == []
@@ -408,5 +408,5 @@ def test_two_bad_records_in_a_row_are_both_skipped_without_retrying_the_first_ag
     assert poison.calls.count(2) == 3, "skipped, not retried, when 3's revivals bring it back"
     assert poison.calls.count(3) == 3
     assert committed_count(task, "a") == 2
-    assert harness.committer.offsets[(EVENTS, 1)] == 4
+    assert harness.group_offsets.offsets[(EVENTS, 1)] == 4
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 2
