@@ -19,7 +19,8 @@ from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.kafka.clients import DataConsumer, RecordCollector
-from worker.kafka.membership import GroupMember, MembershipEvent
+from worker.kafka.member_states import MembershipEvent
+from worker.kafka.membership import GroupMember
 from worker.observability import Metrics, get_logger
 from worker.runtime.probing import ProbeScheduler
 from worker.tasks.parts import TaskParts

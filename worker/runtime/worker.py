@@ -16,7 +16,7 @@ from pathlib import Path
 from worker.assignment.model import Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
-from worker.kafka.membership import Lost, MembershipEvent
+from worker.kafka.member_states import Lost, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.assembly import Hooks, Outcome, Runtime, assemble
