@@ -163,8 +163,7 @@ class Worker:
             )
         rt.member.start(stale_member_id=rt.state_dir.previous_member_id())
         self._set_state(WorkerState.REBALANCING)
-        while not self._stop.is_set():
-            self._iterate(rt)
+        self._run_loop(rt)
         self._set_state(WorkerState.PENDING_SHUTDOWN)
         if rt.member.can_commit:
             rt.parts.committer.commit()
@@ -174,6 +173,12 @@ class Worker:
             # the close is still clean) and is processed again by the next owner.
             rt.parts.committer.discard_uncommitted()
         outcome.clean = True
+
+    def _run_loop(self, rt: Runtime) -> None:
+        """Iterate until the stop event is set. The benchmarks' profiles count the
+        processing thread's samples under this frame (``Worker._run_loop``)."""
+        while not self._stop.is_set():
+            self._iterate(rt)
 
     def _iterate(self, rt: Runtime) -> None:
         """One iteration of the processing thread, the only place one runs. In order:
