@@ -144,7 +144,7 @@ def _profile(
         ctx, bootstrap, f"profiled-{keys}", settings, params.records, name, app=APP
     )
     raw = ctx.path("profiles", f"{name}.txt")
-    within = "ProcessingLoop.run"
+    within = "Worker._run_loop"
     summary = profiling.summarise(raw, within, sources)
     shares = dict(profiling.breakdown(raw, within, CATEGORIES, sources, throughput.LOOP))
     steps = dict(profiling.breakdown(raw, within, COMMIT_STEPS, sources, OUTSIDE_COMMIT))

@@ -142,7 +142,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
         profile = Profile(
             profiled.rate,
             profiling.summarise(raw, "ChangelogReader.step", sources),
-            dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP)),
+            dict(profiling.breakdown(raw, "Worker._run_loop", CATEGORIES, sources, LOOP)),
         )
     return Measured(params, seeded, ceilings, restores, profile)
 

@@ -254,8 +254,8 @@ def _profile(
     sources = profiling.snapshot_sources()
     worker_run(ctx, bootstrap, "profiled-worker", settings, params.payments, "throughput")
     raw = ctx.path("profiles", "throughput.txt")
-    summary = profiling.summarise(raw, "ProcessingLoop.run", sources)
-    shares = dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP))
+    summary = profiling.summarise(raw, "Worker._run_loop", sources)
+    shares = dict(profiling.breakdown(raw, "Worker._run_loop", CATEGORIES, sources, LOOP))
     return Profile(summary, shares)
 
 

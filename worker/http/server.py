@@ -3,6 +3,7 @@
 ===================================  ==================================================
 ``GET /metrics``                     Prometheus text format
 ``GET /healthz``                     200 while the processing loop is alive, else 503
+                                     (:meth:`worker.runtime.status.Status.judged`)
 ``GET /readyz``                      200 when running and every active task processes;
                                      503 while starting, restoring or rebalancing
 ``GET /stores/{store}/keys/{key}``   the committed value of ``key`` (``?allow_stale=true``
@@ -22,7 +23,6 @@ the stores in it, read through their thread-safe ``get_committed``). Every answe
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -35,8 +35,6 @@ from worker.http.queries import QueryRouter, Reply
 from worker.observability import Metrics, get_logger
 from worker.runtime.status import Status
 
-# The loop publishes a heartbeat each iteration; a loop stuck longer than this is unhealthy.
-HEALTH_STALE_SECONDS = 60.0
 # How quickly stop() returns (the server checks for shutdown this often).
 _POLL_SECONDS = 0.1
 _TRUE = frozenset({"true", "1", "yes", ""})  # a bare ?allow_stale counts as true
@@ -47,7 +45,9 @@ _log = get_logger(component="http")
 
 class HttpServer:
     """The HTTP endpoints of one worker. ``queries`` is None when there is no topology to
-    query (the interactive-query and ``/tasks`` paths then answer 404).
+    query (the interactive-query and ``/tasks`` paths then answer 404). ``status`` hands
+    out the latest snapshot with its liveness already judged (``Worker.status``): this
+    thread never reads a clock of its own.
 
     Construction binds the port: raises FatalError, naming ``http.port``, when it cannot
     (most often another worker process on the host has it: each needs its own).
@@ -96,8 +96,8 @@ class HttpServer:
         parts = urlsplit(raw_path)
         path = parts.path
         if path == "/healthz":
-            status = self._status()
-            alive = time.monotonic() - status.heartbeat < HEALTH_STALE_SECONDS
+            status = self._status()  # liveness judged by the worker, on its clock
+            alive = status.alive
             return Reply(200 if alive else 503, {"alive": alive, "state": status.state.value})
         if path == "/readyz":
             status = self._status()

@@ -13,7 +13,7 @@ parts -> group member -> loop.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.kafka.admin import Admin
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
-from worker.kafka.membership import GroupMember, MembershipEvent
+from worker.kafka.membership import GroupMember
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
@@ -67,11 +67,10 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Hooks:
-    """The worker's side of the wiring: status for HTTP, subscriptions, membership events."""
+    """The worker's side of the wiring: status for HTTP, subscriptions, task changes."""
 
     status: Callable[[], Status]
     subscription: Callable[[], Subscription]
-    on_membership: Callable[[Sequence[MembershipEvent]], None]
     on_change: Callable[[], None]
 
 
@@ -162,7 +161,6 @@ def assemble(
         clock,
         stop,
         metrics,
-        on_membership=hooks.on_membership,
     )
     inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, clock)
     return Runtime(state_dir, http, layout, topic_watch, reader, member, parts, loop, inputs)

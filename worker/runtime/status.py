@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 
 class WorkerState(enum.Enum):
+    """Where the worker's run is. ERROR: the run failed with a fatal error; what it started
+    is being released and the process exits with the error (never left for RUNNING)."""
+
     CREATED = "created"
     STARTING = "starting"
     REBALANCING = "rebalancing"
@@ -170,6 +173,9 @@ REFRESH_SECONDS = 0.25
 # iteration is bounded (a consume batch, a restore batch, a commit), so only a call that
 # waits on an unanswering broker, or a rebalance (not ready anyway), takes this long.
 LOOP_STALL_SECONDS = 5.0
+# A loop that has not come round for this long is stuck for good: not alive (/healthz
+# 503), so the orchestrator restarts the process.
+HEALTH_STALE_SECONDS = 60.0
 
 
 def no_lag(task_id: TaskId) -> int | None:
@@ -187,13 +193,26 @@ class Status:
     published: float = 0.0
     # False while the group member cannot reach its coordinator (the broker is away).
     broker_connected: bool = True
-    # True when the loop has not come round for LOOP_STALL_SECONDS (blocked in a call to
-    # a broker that does not answer, say); set by the worker when it hands out a snapshot.
+    # Set by :meth:`judged` when the worker hands out the snapshot: ``stalled`` once the
+    # loop has not come round for LOOP_STALL_SECONDS (blocked in a call to a broker that
+    # does not answer, say), ``alive`` False after HEALTH_STALE_SECONDS or in ERROR.
     stalled: bool = False
+    alive: bool = True
 
     def task(self, task_id: TaskId) -> TaskStatus | None:
         key = str(task_id)
         return next((t for t in self.tasks if t.task_id == key), None)
+
+    def judged(self, now: float) -> Status:
+        """This snapshot with its liveness judged at ``now``, a reading of the clock that
+        wrote ``heartbeat`` (the worker's injected clock): the one place liveness and the
+        loop's stall are decided."""
+        age = now - self.heartbeat
+        stalled = age > LOOP_STALL_SECONDS
+        alive = age < HEALTH_STALE_SECONDS and self.state is not WorkerState.ERROR
+        if (stalled, alive) == (self.stalled, self.alive):
+            return self
+        return replace(self, stalled=stalled, alive=alive)
 
     @property
     def ready(self) -> bool:

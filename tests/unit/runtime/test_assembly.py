@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -56,10 +55,7 @@ def settings(tmp_path: Path) -> Settings:
 
 
 def hooks() -> Hooks:
-    def ignore(_events: Sequence[Any]) -> None:
-        return None
-
-    return Hooks(Status, lambda: None, ignore, lambda: None)  # type: ignore[arg-type,return-value]
+    return Hooks(Status, lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
 
 
 @pytest.fixture
