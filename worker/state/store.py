@@ -1,7 +1,8 @@
 """One RocksDB key-value store: write buffer, atomic commit of data with changelog offsets.
 
-With ``rocksdb_env.py``, ``store_format.py`` (the on-disk layout) and ``rocksdb_errors.py``
-(the one place rocksdict's errors are classified), the only module that imports rocksdict.
+The rocksdict importers are this module and its parts: ``store_format.py`` (the on-disk
+layout), ``rocksdb_errors.py`` (the one place rocksdict's errors are classified),
+``memtables.py`` (flushes) and ``rocksdb_env.py`` (resources shared by every store).
 
 Writes during processing go to an in-memory buffer; :meth:`Store.commit` writes the
 buffer and the new changelog offsets in ONE ``WriteBatch`` with one ``db.write``, so data
