@@ -87,7 +87,8 @@ class KeyValueStore:
     access was a measurable part of the per-record cost (issues 8 and 14), so they inline
     the common case: the C function for a value other than None, the store's
     :class:`ReadPath`. Anything else (a None key, a C function that raised or gave None)
-    goes to ``_raw_key`` or the codec, so the rule itself is written once.
+    goes to ``_raw_key`` or the codec, so the rule itself is written once;
+    tests/property/test_store_views.py holds both paths to what the serdes say.
     """
 
     __slots__ = (
