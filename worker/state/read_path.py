@@ -22,8 +22,9 @@ class ReadPath:
 
     Contract: made once by its store when the store opens; ``Store.read_path()`` returns
     that same object every time. Its lookups stay valid for the store's whole life:
-    ``buffered`` and ``cached`` are bound to dicts their owners never replace (``Final``
-    attributes, changed in place only), so they always see the current buffer and cache.
+    ``buffered`` and ``cached`` are the ``lookup`` of the store's ``WriteBuffer`` and
+    ``ReadCache``, each bound to a dict its owner never replaces (a ``Final`` attribute,
+    changed in place only), so they always see the current buffer and cache.
     After the store closes both find nothing and ``miss`` raises ``StoreClosedError``.
     """
 

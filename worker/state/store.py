@@ -26,7 +26,6 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Final, Protocol, cast
 
 import rocksdict
@@ -51,6 +50,7 @@ from worker.state.store_format import (
     offset_key,
     scan,
 )
+from worker.state.write_buffer import WriteBuffer
 
 __all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
 
@@ -76,6 +76,11 @@ class Store:
 
     Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
     is idempotent; every other method raises :class:`StoreClosedError` once closed.
+
+    ``put(key, value)`` and ``delete(key)`` buffer a write until the next commit. They
+    are the write buffer's own methods (``write_buffer.py``), bound when the store opens,
+    so a write on the per-record path is one Python call; TypeError for anything but
+    bytes.
 
     WAL rule. Every write (commits and restored batches) goes through the write-ahead
     log, so each batch survives a process crash on its own and restore progress is never
@@ -103,15 +108,15 @@ class Store:
             OFFSETS_FAMILY
         )
         self._offsets = offsets
-        # Uncommitted writes (None: a delete). Final: the read path is bound to this dict.
-        self._buffer: Final[dict[bytes, bytes | None]] = {}
-        self._pending_bytes = 0
+        self._buffer = WriteBuffer(path)
+        self.put: Final = self._buffer.put
+        self.delete: Final = self._buffer.delete
         self._iterators: weakref.WeakSet[Records] = weakref.WeakSet()
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
         self._wal_on = rocksdict.WriteOptions()
         self._read_path: Final = ReadPath(
-            self._buffer.get, self._cache.lookup, self._read_and_remember
+            self._buffer.lookup, self._cache.lookup, self._read_and_remember
         )
 
     @classmethod
@@ -158,7 +163,7 @@ class Store:
         db = self._db
         if db is None:
             return
-        self.discard_pending()
+        self._buffer.close()
         self._cache.clear()
         first_error: BaseException | None = None
         try:
@@ -180,39 +185,6 @@ class Store:
         if first_error is not None:
             raise first_error
 
-    def put(self, key: bytes, value: bytes) -> None:
-        """Buffer ``key = value`` until the next commit.
-
-        Called once per record or more (issue 8): one buffer lookup, sizes kept inline.
-        """
-        if type(value) is not bytes:
-            raise TypeError(f"store values must be bytes, got {type(value).__name__}")
-        if type(key) is not bytes:
-            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
-        if self._db is None:
-            raise StoreClosedError(f"store {self.path} is closed")
-        buffer = self._buffer
-        old = buffer.get(key, _ABSENT)
-        buffer[key] = value
-        if old is _ABSENT:
-            self._pending_bytes += len(key) + len(value)
-        else:
-            self._pending_bytes += len(value) - (0 if old is None else len(old))  # type: ignore[arg-type]
-
-    def delete(self, key: bytes) -> None:
-        """Buffer a delete of ``key`` until the next commit."""
-        if type(key) is not bytes:
-            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
-        if self._db is None:
-            raise StoreClosedError(f"store {self.path} is closed")
-        buffer = self._buffer
-        old = buffer.get(key, _ABSENT)
-        buffer[key] = None
-        if old is _ABSENT:
-            self._pending_bytes += len(key)
-        elif old is not None:
-            self._pending_bytes -= len(old)  # type: ignore[arg-type]
-
     def get(self, key: bytes) -> bytes | None:
         """The value as this task sees it: buffered writes first, then RocksDB.
 
@@ -220,7 +192,7 @@ class Store:
         of ``RocksDBEnv.read_cache_bytes``), so a key read again costs a dict lookup, not
         a RocksDB point read.
         """
-        value = self._buffer.get(key, _ABSENT)
+        value = self._buffer.lookup(key, _ABSENT)
         if value is _ABSENT:
             value = self._cache.lookup(key, _ABSENT)
             if value is _ABSENT:
@@ -240,12 +212,12 @@ class Store:
 
     def pending(self) -> Mapping[bytes, bytes | None]:
         """Read-only live view of the buffer (``None`` = delete)."""
-        return MappingProxyType(self._buffer)
+        return self._buffer.entries
 
     @property
     def pending_bytes(self) -> int:
         """Approximate bytes buffered (keys + values), kept up to date in O(1) per write."""
-        return self._pending_bytes
+        return self._buffer.size_bytes
 
     @property
     def read_cache_bytes(self) -> int:
@@ -255,7 +227,6 @@ class Store:
     def discard_pending(self) -> None:
         """Forget every buffered write (dirty close, revive after a failed commit)."""
         self._buffer.clear()
-        self._pending_bytes = 0
 
     def committed_offsets(self) -> dict[tuple[str, int], int]:
         """The changelog offsets stored with the data (a copy)."""
@@ -276,9 +247,9 @@ class Store:
         changed = self._changed(offsets)
         if not self._buffer and not changed:
             return
-        self._write(self._buffer.items(), changed, self._wal_on)
+        self._write(self._buffer.entries.items(), changed, self._wal_on)
         if self._buffer:
-            self._cache.add_committed(self._buffer, self._pending_bytes)
+            self._cache.add_committed(self._buffer.entries, self._buffer.size_bytes)
         self.discard_pending()
 
     def restore_batch(self) -> RestoreBatch:

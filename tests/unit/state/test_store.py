@@ -311,6 +311,8 @@ def test_using_a_closed_store_raises_store_closed(store: Store) -> None:
     with pytest.raises(StoreClosedError):
         store.put(b"a", b"1")
     with pytest.raises(StoreClosedError):
+        store.delete(b"a")
+    with pytest.raises(StoreClosedError):
         store.commit({T0: 1})
 
 
