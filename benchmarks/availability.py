@@ -100,6 +100,14 @@ from benchmarks.harness import (
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import gap_intervals, longest_stalls, stalled_share
+from worker.events import (
+    ASSIGNMENT_APPLIED,
+    INITIAL_STANDBYS_OPENED,
+    MEMBERSHIP_ASSIGNED,
+    MEMBERSHIP_STARTED,
+    MEMBERSHIP_TRANSITION,
+    RESTORE_DONE,
+)
 from worker.examples import counting
 from worker.serde import JSON, STR
 
@@ -262,12 +270,12 @@ def _worker_timeline(
             at = log_time(event)
         except (KeyError, ValueError):
             continue
-        if kind == "membership.started":
+        if kind == MEMBERSHIP_STARTED:
             round_start = None  # a new run: a join the last one left unfinished is over
-        elif kind == "initial_standbys.opened":
+        elif kind == INITIAL_STANDBYS_OPENED:
             local = _tasks(event.get("tasks"))
             timeline.changes.append(_Change(at, name, local=local))
-        elif kind == "assignment.applied":
+        elif kind == ASSIGNMENT_APPLIED:
             timeline.changes.append(
                 _Change(
                     at,
@@ -277,7 +285,7 @@ def _worker_timeline(
                     warmup=_tasks(event.get("warmup")),
                 )
             )
-        elif kind == "restore.done" and event.get("role") == "active":
+        elif kind == RESTORE_DONE and event.get("role") == "active":
             timeline.restores.append((at, str(event.get("task_id")), int(event.get("records", 0))))
         elif _round_starts(kind, event):
             round_start = at if round_start is None else round_start
@@ -290,7 +298,7 @@ def _worker_timeline(
 
 
 def _round_starts(kind: str, event: dict[str, Any]) -> bool:
-    if kind != "membership.transition":
+    if kind != MEMBERSHIP_TRANSITION:
         return False
     return str(event.get("src", "")).lower() == "stable" or (
         str(event.get("dst", "")).lower() == "joining"
@@ -298,9 +306,9 @@ def _round_starts(kind: str, event: dict[str, Any]) -> bool:
 
 
 def _round_ends(kind: str, event: dict[str, Any]) -> bool:
-    if kind == "membership.assigned":
+    if kind == MEMBERSHIP_ASSIGNED:
         return True
-    return kind == "membership.transition" and str(event.get("dst", "")).lower() == "stable"
+    return kind == MEMBERSHIP_TRANSITION and str(event.get("dst", "")).lower() == "stable"
 
 
 @dataclass

@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from worker.config import Settings, load
 from worker.dev.broker import EmbeddedBroker, free_port
 from worker.dev.processes import WorkerProcess, WorkerProcessFailed
+from worker.events import MEMBERSHIP_TRANSITION
 from worker.kafka.error_classifier import is_partition_eof, topic_exists
 
 REPO = Path(__file__).resolve().parent.parent
@@ -485,4 +486,4 @@ def log_time(event: Mapping[str, Any]) -> float:
 
 def starts_join(event: Mapping[str, Any]) -> bool:
     """Whether a worker log event is its group member starting a join (JoinGroup sent)."""
-    return event.get("event") == "membership.transition" and event.get("dst") == "joining"
+    return event.get("event") == MEMBERSHIP_TRANSITION and event.get("dst") == "joining"

@@ -64,6 +64,7 @@ from benchmarks.harness import (
 )
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.dev.processes import WorkerProcess
+from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
 
 NAME = "restart"
 TITLE = "Restart over local state"
@@ -272,12 +273,12 @@ def _breakdown(
         raise BenchmarkFailed(f"{worker.name}: no {name} log line\n{worker.log_tail(30)}")
 
     def assigned_event(event: dict[str, Any]) -> bool:
-        return event.get("event") == "membership.assigned"
+        return event.get("event") == MEMBERSHIP_ASSIGNED
 
     first_line = log_time(events[0])
     joining = first("membership.transition to joining", starts_join)
-    assigned = first("membership.assigned", assigned_event, joining)
-    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
+    assigned = first(MEMBERSHIP_ASSIGNED, assigned_event, joining)
+    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == RESTORE_DONE]
     return Launch(
         keys=keys,
         first_record=first_record,
@@ -288,7 +289,7 @@ def _breakdown(
         all_tasks=all_tasks,
         restored=int(worker.metric("worker_restored_records_total")),
         restore_seconds=max((float(e["seconds"]) for e in dones), default=0.0),
-        assignments=sum(1 for e in events if e.get("event") == "membership.assigned"),
+        assignments=sum(1 for e in events if e.get("event") == MEMBERSHIP_ASSIGNED),
     )
 
 

@@ -46,6 +46,7 @@ from benchmarks.workload import (
 )
 from worker.dev import sample_data
 from worker.dev.processes import WorkerProcess
+from worker.events import RESTORE_DONE, RESTORE_START
 
 NAME = "restore"
 TITLE = "Restore"
@@ -277,8 +278,8 @@ def _from_logs(
 ) -> Restored:
     """Records and duration from the ``restore.start`` and ``restore.done`` log lines."""
     events = worker.log_events()
-    starts = [log_time(e) for e in events if e.get("event") == "restore.start"]
-    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
+    starts = [log_time(e) for e in events if e.get("event") == RESTORE_START]
+    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == RESTORE_DONE]
     if not starts or len(dones) != EXAMPLE_PARTITIONS:
         raise BenchmarkFailed(
             f"{worker.name}: {len(starts)} restore.start and {len(dones)} restore.done lines"

@@ -54,6 +54,7 @@ from benchmarks.workload import (
     totals_changelog,
 )
 from worker.dev.processes import WorkerProcess
+from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
 from worker.examples import payments as app
 
 NAME = "scale_out"
@@ -323,7 +324,7 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
         restored_on_newcomer=restored,
         warmups_caught_up=caught_up,
         newcomer_restore_seconds=max(
-            (float(e["seconds"]) for e in second.log_events() if e.get("event") == "restore.done"),
+            (float(e["seconds"]) for e in second.log_events() if e.get("event") == RESTORE_DONE),
             default=0.0,
         ),
         warmup_seconds=_warmup_seconds(second),
@@ -345,7 +346,7 @@ def _warmup_seconds(worker: WorkerProcess) -> float | None:
     assigned = probe = None
     for event in worker.log_events():
         name = event.get("event")
-        if name == "membership.assigned" and assigned is None:
+        if name == MEMBERSHIP_ASSIGNED and assigned is None:
             assigned = log_time(event)
         elif name == "probing.request" and assigned is not None:
             probe = log_time(event)
@@ -362,7 +363,7 @@ def _rebalances(worker: WorkerProcess, start: float, end: float) -> list[float]:
         name = event.get("event")
         if starts_join(event):
             joining = log_time(event)
-        elif name == "membership.assigned" and joining is not None:
+        elif name == MEMBERSHIP_ASSIGNED and joining is not None:
             if start <= joining <= end:
                 durations.append(log_time(event) - joining)
             joining = None

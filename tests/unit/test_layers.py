@@ -31,7 +31,16 @@ def modules(package: str) -> list[Path]:
 PACKAGES = ("assignment", "dev", "examples", "http", "kafka", "processing", "runtime")
 PACKAGES += ("spark", "state", "tasks", "tools")
 # The top-level modules every layer may use; they import none of the packages.
-FOUNDATION = ("clock", "config", "errors", "lifecycle", "observability", "partitioner", "serde")
+FOUNDATION = (
+    "clock",
+    "config",
+    "errors",
+    "events",
+    "lifecycle",
+    "observability",
+    "partitioner",
+    "serde",
+)
 # Commands, not layers: only the command line (and the demo, for the Spark loader) uses them.
 COMMANDS = ("cli", "dev", "tools", "spark")
 
