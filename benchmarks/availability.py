@@ -82,13 +82,8 @@ from typing import Any
 from benchmarks import plots
 from benchmarks.harness import (
     BenchmarkFailed,
-    Record,
     RunContext,
-    SteadyProducer,
-    create_topics,
-    log_time,
     new_application_id,
-    read_timestamps,
     readyz_tasks,
     side_by_side,
     start_broker,
@@ -97,6 +92,8 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import Record, SteadyProducer, create_topics, read_timestamps
+from benchmarks.log_events import log_time
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import gap_intervals, longest_stalls, stalled_share

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from benchmarks import plots, profiling, throughput
 from benchmarks.apps import SUMS_INPUT, SUMS_OUTPUT
 from benchmarks.baselines import consume_and_produce
-from benchmarks.harness import Record, RunContext, create_topics, produce, start_broker
+from benchmarks.harness import RunContext, start_broker
+from benchmarks.kafka_io import Record, create_topics, produce
 from benchmarks.measure import steady_rate_or_span
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.serde import JSON, STR

@@ -27,18 +27,17 @@ from benchmarks import plots
 from benchmarks.apps import MEMORY_TOPIC
 from benchmarks.harness import (
     RunContext,
-    create_topics,
     metric_or_zero,
     new_application_id,
-    produce,
-    rss_bytes,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import create_topics, produce
 from benchmarks.results import PlotPath, Result, Row
+from benchmarks.sampling import rss_bytes
 
 NAME = "initial_standbys"
 TITLE = "Initial standbys: restart over local state"

@@ -39,21 +39,18 @@ from benchmarks import plots
 from benchmarks.apps import MEMORY_STORE, MEMORY_TOPIC
 from benchmarks.harness import (
     BenchmarkFailed,
-    Record,
     RunContext,
-    Sampler,
-    create_topics,
     metric_or_zero,
     new_application_id,
-    produce,
-    rss_bytes,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import Record, create_topics, produce
 from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.sampling import Sampler, rss_bytes
 from worker.config import Settings
 from worker.state.rocksdb_env import WRITE_BUFFER_RATIO
 

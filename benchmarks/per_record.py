@@ -46,10 +46,9 @@ from benchmarks.harness import (
     RunContext,
     client_settings,
     new_application_id,
-    produce,
-    raw_consumer,
     start_broker,
 )
+from benchmarks.kafka_io import produce, raw_consumer
 from benchmarks.results import PlotPath, Result, Row
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,

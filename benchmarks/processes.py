@@ -30,17 +30,15 @@ from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
-    Sampler,
     client_settings,
-    create_topics,
     new_application_id,
-    produce,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import create_topics, produce
 from benchmarks.measure import (
     crossing_time,
     from_first_record,
@@ -48,6 +46,7 @@ from benchmarks.measure import (
     value_at,
 )
 from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.sampling import Sampler
 from benchmarks.workload import accounts, payment_records, profile_records
 from worker.dev import sample_data
 from worker.dev.processes import WorkerProcess

@@ -48,20 +48,16 @@ from benchmarks.apps import MEMORY_TOPIC
 from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
-    bulk_producer,
-    create_topics,
-    log_time,
     metric_or_zero,
     new_application_id,
-    produce,
-    raw_consumer,
     start_broker,
     start_worker,
-    starts_join,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import bulk_producer, create_topics, produce, raw_consumer
+from benchmarks.log_events import log_time, starts_join
 from benchmarks.results import PlotPath, Result, Row, Target
 from worker.dev.processes import WorkerProcess
 from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE

@@ -26,18 +26,18 @@ from benchmarks.baselines import consume
 from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
-    Sampler,
     client_settings,
-    log_time,
     new_application_id,
-    produce,
     start_broker,
     start_worker,
     stop_worker,
     worker_settings,
 )
+from benchmarks.kafka_io import produce
+from benchmarks.log_events import log_time
 from benchmarks.measure import steady_rate
 from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.sampling import Sampler
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,

@@ -31,19 +31,17 @@ from functools import partial
 from benchmarks import plots
 from benchmarks.harness import (
     RunContext,
-    SteadyProducer,
-    log_time,
     new_application_id,
-    read_timestamps,
     readyz_tasks,
     side_by_side,
     start_broker,
     start_worker,
-    starts_join,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import SteadyProducer, read_timestamps
+from benchmarks.log_events import log_time, starts_join
 from benchmarks.measure import gap_intervals, max_gap
 from benchmarks.results import PlotPath, Result, Row, Target
 from benchmarks.workload import (

@@ -23,20 +23,19 @@ from benchmarks import plots, profiling
 from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import (
     RunContext,
-    Sampler,
     client_settings,
-    create_topics,
     metric_or_zero,
     new_application_id,
-    produce,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import create_topics, produce
 from benchmarks.measure import from_first_record, steady_rate_or_span
 from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.sampling import Sampler
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,

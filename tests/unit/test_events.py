@@ -21,4 +21,3 @@ def test_each_declared_event_is_logged_by_the_worker(name: str) -> None:
         if path.name != "events.py" and name in path.read_text() and "dev" not in path.parts
     ]
     assert emitters, f"no module of worker/ logs events.{name}: remove it or log it"
-
