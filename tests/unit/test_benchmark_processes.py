@@ -3,11 +3,12 @@ the ratio row, where the cores went and the reading when the target is missed.""
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 import pytest
 
-from benchmarks import processes
+from benchmarks import processes, report
 from benchmarks.measure import value_at
 from benchmarks.results import PlotPath
 
@@ -92,6 +93,9 @@ def test_the_ratio_row_compares_the_best_run_of_each_kind(tmp_path: Path) -> Non
     assert "| pair 1 | 1.60 | 355,556 |" in result.details[1]
     assert "| pair 2 | 1.60 | 500,000 |" in result.details[1]
     assert not any("Other programs" in d for d in result.details)
+    assert {
+        f for _, f, _, _ in string.Formatter().parse(report.sections()["processes"]) if f
+    } <= set(result.facts)
     assert result.plots == [tmp_path / "processes.png", tmp_path / "processes-cores.png"]
     assert all(p.stat().st_size > 0 for p in result.plots)
 

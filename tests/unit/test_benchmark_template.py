@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import BENCHMARK_NAMES, report, restart
+from benchmarks import BENCHMARK_NAMES, memory, report, restart
 from benchmarks.results import Result
 
 RUN = report.RunInfo(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 60.0, False, 0.5, 0.6, "make bench")
@@ -38,6 +38,11 @@ def test_a_fact_the_template_asks_for_and_the_report_lacks_names_the_section(
         report.render([Result("demo", "Demo", facts={"n": 1})], RUN, tmp_path, blocks)
 
 
+def asked(name: str) -> set[str]:
+    """The facts the template's section ``name`` refers to."""
+    return {f for _, f, _, _ in string.Formatter().parse(report.sections()[name]) if f}
+
+
 def launch(first: float, join: float = 3.0, restored: int = 0) -> restart.Launch:
     return restart.Launch(1000, first, 0.5, 0.6, join, first - 4.1, first + 0.2, restored, 0.2, 1)
 
@@ -63,8 +68,22 @@ def test_restart_reports_tables_and_gives_every_fact_its_section_asks_for(
 
     result = restart.report(measured, lambda name: tmp_path / f"{name}.png")
 
-    asked = {f for _, f, _, _ in string.Formatter().parse(report.sections()["restart"]) if f}
-    assert asked <= set(result.facts)
+    assert asked("restart") <= set(result.facts)
     page = report.render([result], RUN, tmp_path)
     assert "| after a clean stop | 4.40 | yes | 1.40 | 4.40-4.40 |" in page
     assert "| 512 MiB | cold restore | 1,000 | 7.50 |" in page
+
+
+def test_memory_reports_each_run_and_where_the_growth_went_as_tables(tmp_path: Path) -> None:
+    mib = memory.MiB
+    run = memory.WorkerRun(
+        128 * mib, 300 * mib, 380 * mib, 2 * mib, 10 * mib, 60 * mib, 20 * mib, 30.0, 4.5, [], {}
+    )
+    measured = memory.Measured(memory.FULL, run, None)
+
+    result = memory.report(measured, lambda name: tmp_path / f"{name}.png")
+
+    assert asked("memory") <= set(result.facts)
+    runs, growth = result.details
+    assert "| defaults | 128 MiB | 300 MiB | 380 MiB | 80 MiB | 0.62x | 1.25x | 2.0 MiB |" in runs
+    assert "| of the growth: the rest | 26 MiB |" in growth
