@@ -16,7 +16,7 @@ import os
 import platform
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +42,7 @@ def sections(template: str | None = None) -> dict[str, str]:
     return {m["name"]: m["text"].strip() for m in _SECTION.finditer(text)}
 
 
-def prose(name: str, facts: dict[str, object], blocks: dict[str, str]) -> str | None:
+def prose(name: str, facts: Mapping[str, object], blocks: dict[str, str]) -> str | None:
     """The template's block ``name`` with the run's facts filled in; None if it has none."""
     if name not in blocks:
         return None

@@ -10,7 +10,7 @@ wording of the report can change, or be tested, without running anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +78,7 @@ class Result:
     plots: list[Path] = field(default_factory=list)  # PNG files written for the report
     # The run's values the benchmark's prose in docs/benchmarks.template.md refers to
     # ({name} placeholders): parameters, sizes, counts. Figures go in rows and tables.
-    facts: dict[str, object] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)
     seconds: float = 0.0
     error: str | None = None
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import BENCHMARK_NAMES, memory, report, restart
+from benchmarks import BENCHMARK_NAMES, initial_standbys, memory, report, restart, restore
 from benchmarks.results import Result
 
 RUN = report.RunInfo(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 60.0, False, 0.5, 0.6, "make bench")
@@ -87,3 +87,44 @@ def test_memory_reports_each_run_and_where_the_growth_went_as_tables(tmp_path: P
     runs, growth = result.details
     assert "| defaults | 128 MiB | 300 MiB | 380 MiB | 80 MiB | 0.62x | 1.25x | 2.0 MiB |" in runs
     assert "| of the growth: the rest | 26 MiB |" in growth
+
+
+def test_initial_standbys_reports_every_run_as_a_row(tmp_path: Path) -> None:
+    timing = initial_standbys.Timing
+    measured = initial_standbys.Measured(
+        initial_standbys.FULL,
+        1_000_000,
+        2**30,
+        {True: [timing(4.1, 0.12, 300 * 2**20)], False: [timing(5.2, 1.3, 310 * 2**20)]},
+        {True: 200 * 2**20, False: 190 * 2**20},
+    )
+
+    result = initial_standbys.report(measured, lambda name: tmp_path / f"{name}.png")
+
+    assert asked("initial_standbys") <= set(result.facts)
+    (runs,) = result.details
+    assert "| on | 4.10 | 0.120 | 300 |" in runs and "| off | 5.20 | 1.300 | 310 |" in runs
+
+
+def test_restore_reports_runs_in_order_tasks_and_steady_rates_as_tables(tmp_path: Path) -> None:
+    def counter(rate: float, total: int) -> list[tuple[float, float]]:
+        return [(i / 10, min(total, rate * i / 10)) for i in range(int(10 * total / rate) + 2)]
+
+    total = 100_000
+    per_task = {"0_0": (60_000, 0.5), "0_1": (40_000, 0.3)}
+    restored = restore.Restored(total, 0.5, per_task, counter(200_000, total))
+    measured = restore.Measured(
+        restore.QUICK, total, [counter(400_000, total), counter(500_000, total)], [restored], None
+    )
+
+    result = restore.report(measured, lambda name: tmp_path / f"{name}.png")
+
+    assert asked("restore") <= set(result.facts)
+    runs, tasks, _steady = result.details
+    assert [line.split(" |")[0] for line in runs.splitlines()[2:]] == [
+        "| raw read 1",
+        "| worker restore 1",
+        "| raw read 2",
+    ]
+    assert "| worker restore 1 | 0.50 | 200,000 |" in runs
+    assert "| 0_0 | 60,000 | 0.50 |" in tasks
