@@ -36,7 +36,7 @@ from benchmarks.harness import (
 from benchmarks.kafka_io import produce
 from benchmarks.log_events import log_time
 from benchmarks.measure import steady_rate
-from benchmarks.results import PlotPath, Result, Row, Target, table
+from benchmarks.results import PlotPath, Result, Row, Target, interleaved, table
 from benchmarks.sampling import Sampler
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
@@ -175,16 +175,18 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         "versions": params.versions,
         "partitions": EXAMPLE_PARTITIONS,
     }
-    runs = []
-    for i, (samples, rate) in enumerate(zip(ceilings, rates, strict=True)):
-        runs.append([f"raw read {i + 1}", f"{samples[-1][0] - samples[0][0]:.2f}", f"{rate:,.0f}"])
-        if i < len(restores):
-            run = restores[i]
-            runs.append([f"worker restore {i + 1}", f"{run.seconds:.2f}", f"{run.rate:,.0f}"])
+    raw_reads = [
+        [f"raw read {i + 1}", f"{samples[-1][0] - samples[0][0]:.2f}", f"{rate:,.0f}"]
+        for i, (samples, rate) in enumerate(zip(ceilings, rates, strict=True))
+    ]
+    worker = [
+        [f"worker restore {i + 1}", f"{r.seconds:.2f}", f"{r.rate:,.0f}"]
+        for i, r in enumerate(restores)
+    ]
     tasks = [[t, f"{n:,}", f"{sec:.2f}"] for t, (n, sec) in sorted(restored.per_task.items())]
     steady = [[_steady(restored.samples, seeded), _steady(ceilings[best], seeded)]]
     result.details += [
-        table(["run, in order", "seconds", "records/s"], runs),
+        table(["run, in order", "seconds", "records/s"], interleaved(raw_reads, worker)),
         table(["task, in the best restore", "records", "seconds"], tasks),
         table(["steady rate: worker restore", "raw consumer"], steady, left=0),
     ]

@@ -94,3 +94,13 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], left: int = 
     ]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def interleaved(baselines: Sequence[list[str]], runs: Sequence[list[str]]) -> list[list[str]]:
+    """Table rows in the order they ran: a baseline run before each measured run and after
+    the last (the same-run baselines of throughput and restore)."""
+    rows: list[list[str]] = []
+    for i, baseline in enumerate(baselines):
+        rows.append(baseline)
+        rows += runs[i : i + 1]
+    return rows

@@ -39,7 +39,7 @@ def test_throughput_compares_the_best_worker_run_with_the_best_ceiling(tmp_path:
     assert row.measured == pytest.approx(25_000, rel=0.05)
     assert row.baseline == pytest.approx(50_000, rel=0.05)
     assert row.met is True  # at least 0.30 of the ceiling, the target
-    assert "from launch to the last record: 3.0s, 2.0s" in result.details[1]
+    assert "| worker run 1 | 10,000 | 3.0 |\n| ceiling 2 | 50,000 |  |" in result.details[0]
     assert result.plots == [tmp_path / "throughput.png"]
     assert result.plots[0].stat().st_size > 0
 
