@@ -84,8 +84,11 @@ def test_per_record_compares_the_least_cpu_of_each_way_and_splits_the_workers(
     assert (row.measured, row.baseline, row.target) == (5.0, 2.0, None)
     assert row.ratio == pytest.approx(2.5)
     # The least worker run's own commit share (0.2) is the one subtracted: 5.0 - 2.0 - 0.2.
-    assert "takes 2.00 us (40%) and commits 0.20 us; the other 2.80 us" in result.details[2]
-    assert "take 1.20 us" in result.details[2]
+    runs, parts = result.details
+    assert "| worker, a processor doing nothing | 1.50 | 1.20 | 1.40 |" in runs
+    assert "| the app's own work (by hand) | 2.00 | 40% |" in parts
+    assert "| commits | 0.20 | 4% |" in parts
+    assert "| the worker's own per-record path | 2.80 | 56% |" in parts
     assert result.plots == [tmp_path / "per_record.png"]
     assert result.plots[0].stat().st_size > 0
 
