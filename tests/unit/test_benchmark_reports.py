@@ -62,7 +62,9 @@ def test_count_sum_holds_the_target_against_the_large_key_space_only(tmp_path: P
     assert large_row.measured == pytest.approx(5_000, rel=0.05)
     assert large_row.baseline == pytest.approx(50_000, rel=0.05)  # the better ceiling
     assert large_row.met is False  # 0.10 of the ceiling, the target 0.20
-    assert "Commits: 5 in the measured run, 0.60s in all (0.12s each" in result.details[2]
+    (spaces,) = result.details
+    assert "| 4 | 0.20 | 0.05 | 10% |" in spaces  # 4 commits of 0.2 s over a 2 s run
+    assert "| 5 | 0.60 | 0.12 | 20% |" in spaces
     assert result.plots == [tmp_path / "count_sum.png"]
 
 
