@@ -73,7 +73,7 @@ from benchmarks.availability_scenarios import (
     measure,
     worker_names,
 )
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, table
 from worker.dev.stalls import gap_intervals
 from worker.examples import counting
 
@@ -138,17 +138,15 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     for outcome in outcomes:
         result.rows += _rows(outcome)
     result.rows.append(_copy_row(outcomes))
-    result.details.append(
-        f"Input: {params.rate:,} records/s over {params.keys} keys into `{counting.INPUTS}` "
-        f"({PARTITIONS} partitions), app `{APP}` (one output per input). Workers: "
-        f"`num.standby.replicas=1`, `commit.interval.ms={params.commit_interval_ms}`, "
-        "`max.warmup.replicas` and `acceptable.recovery.lag` at their defaults (2, 10,000), "
-        "group timing of the integration tests (`session.timeout.ms=6000`). A task's stall "
-        "in an event is its longest silent stretch in `outputs` from the event to the next "
-        "one; owners, rounds and restores come from the workers' logs (module docstring of "
-        "`benchmarks/availability_owners.py`). Baselines: the eager protocol's figures measured in "
-        "issue 13."
-    )
+    result.facts = {
+        "rate": params.rate,
+        "keys": params.keys,
+        "inputs": counting.INPUTS,
+        "partitions": PARTITIONS,
+        "app": APP,
+        "commit_interval_ms": params.commit_interval_ms,
+        "stalled": STALLED,
+    }
     for outcome in outcomes:
         result.details += _scenario_details(outcome, params)
         result.plots.append(
@@ -252,17 +250,15 @@ def _scenario_details(outcome: ScenarioOutcome, params: Params) -> list[str]:
             f"| {e.stalled_share:.0%} | {e.moved_share:.0%} | {stalls} | {moves or 'none'} |"
         )
     rounds = [b - a for spans in outcome.rounds.values() for a, b in spans if a >= outcome.t0]
+    span = f"{min(rounds):.1f}-{max(rounds):.1f} ({len(rounds)})" if rounds else "- (none logged)"
+    headers = ["events where the stalled tasks were at most those that moved"]
+    headers += ["longest stall of a task that kept its owner (s)"]
+    headers += ["rebalance rounds after the input started (s; how many, all workers)"]
+    summary = [[f"{met} of {len(outcome.events)}", f"{kept:.1f}", span]]
     return [
         f"### {_title(outcome.key, params)}",
-        f"{_setup(outcome.key, params)} Eager baseline ({SOURCE}): {eager}. Here: per event, the tasks "
-        f"that stalled were at most those that changed owner in {met} of "
-        f"{len(outcome.events)} events; the tasks that kept their owner stalled up to "
-        f"{kept:.1f} s; rebalance rounds after the input started took "
-        + (
-            f"{min(rounds):.1f}-{max(rounds):.1f} s ({len(rounds)} rounds over all workers)."
-            if rounds
-            else "- (none logged)."
-        ),
+        f"{_setup(outcome.key, params)} Eager baseline ({SOURCE}): {eager}.",
+        table(headers, summary, left=0),
         "\n".join(lines),
     ]
 

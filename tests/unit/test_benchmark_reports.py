@@ -7,16 +7,23 @@ check what the summary table would show.
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 import pytest
 
-from benchmarks import count_sum, per_record, spark_load, throughput
-from benchmarks.results import PlotPath
+from benchmarks import count_sum, per_record, report, spark_load, throughput
+from benchmarks.results import PlotPath, Result
 
 
 def plot_path(tmp_path: Path) -> PlotPath:
     return lambda name: tmp_path / f"{name}.png"
+
+
+def writes_its_template_section(result: Result) -> bool:
+    """Whether the result has every fact its section of docs/benchmarks.template.md asks for."""
+    asked = {f for _, f, _, _ in string.Formatter().parse(report.sections()[result.name]) if f}
+    return asked <= set(result.facts)
 
 
 def linear(rate: float, total: int) -> list[tuple[float, float]]:
@@ -40,6 +47,7 @@ def test_throughput_compares_the_best_worker_run_with_the_best_ceiling(tmp_path:
     assert row.baseline == pytest.approx(50_000, rel=0.05)
     assert row.met is True  # at least 0.30 of the ceiling, the target
     assert "| worker run 1 | 10,000 | 3.0 |\n| ceiling 2 | 50,000 |  |" in result.details[0]
+    assert writes_its_template_section(result)
     assert result.plots == [tmp_path / "throughput.png"]
     assert result.plots[0].stat().st_size > 0
 
@@ -65,6 +73,7 @@ def test_count_sum_holds_the_target_against_the_large_key_space_only(tmp_path: P
     (spaces,) = result.details
     assert "| 4 | 0.20 | 0.05 | 10% |" in spaces  # 4 commits of 0.2 s over a 2 s run
     assert "| 5 | 0.60 | 0.12 | 20% |" in spaces
+    assert writes_its_template_section(result)
     assert result.plots == [tmp_path / "count_sum.png"]
 
 
@@ -91,6 +100,7 @@ def test_per_record_compares_the_least_cpu_of_each_way_and_splits_the_workers(
     assert "| the app's own work (by hand) | 2.00 | 40% |" in parts
     assert "| commits | 0.20 | 4% |" in parts
     assert "| the worker's own per-record path | 2.80 | 56% |" in parts
+    assert writes_its_template_section(result)
     assert result.plots == [tmp_path / "per_record.png"]
     assert result.plots[0].stat().st_size > 0
 
@@ -113,4 +123,5 @@ def test_spark_load_rows_are_rates_of_the_same_rows(tmp_path: Path) -> None:
     assert (job.measured, write.measured, job.baseline) == (500.0, 2_000.0, 4_000.0)
     assert (job.ratio, write.ratio) == (0.125, 0.5)
     assert "| Spark session start-up (not in the job's rate) | 4.0 |" in result.details[0]
+    assert writes_its_template_section(result)
     assert result.plots[0].stat().st_size > 0
