@@ -17,14 +17,8 @@ is built once and only grows. At each size three launches are timed, each from t
   part is restored, so the first record comes when the first of the four is done.
 
 The cold worker then grows the state to the next size; the old directory is deleted.
-
-Each launch is broken down from the worker's own log lines and metrics: process start
-and imports (to its first log line), stores opened (to the member's first ``membership.transition`` to joining), the group
-join (to ``membership.assigned``), and assignment to first record
-(``worker_first_process_after_join_seconds``: the restore and the first fetch). Also
-recorded: records restored (``worker_restored_records_total``), the longest
-``restore.done``, and launch to all four tasks active and running (for the cold restore,
-when the whole state is back).
+Each launch is broken down into phases from the worker's own log lines and metrics
+(docs/benchmarks.template.md, section ``restart``, says which).
 
 Target (issue 8): under 5 s after a clean stop and after kill -9 with 1 GiB of local
 state, flat as the state grows.
