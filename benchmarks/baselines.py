@@ -17,7 +17,8 @@ from typing import Any
 
 import confluent_kafka as ck
 
-from benchmarks.harness import BenchmarkFailed, raw_consumer
+from benchmarks.harness import BenchmarkFailed
+from benchmarks.kafka_io import raw_consumer
 from worker.kafka.error_classifier import is_partition_eof
 
 BATCH = 10000

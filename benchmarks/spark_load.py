@@ -35,7 +35,7 @@ from typing import Any
 
 import confluent_kafka as ck
 
-from benchmarks.results import PlotPath, Result, Row
+from benchmarks.results import PlotPath, Result, Row, table
 from worker.config import Settings, load
 from worker.dev import history
 from worker.dev.broker import EmbeddedBroker
@@ -218,21 +218,22 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             unit="rows/s",
         ),
     ]
-    details = [
-        f"{m.rows:,} profile rows from {m.history_rows:,} history rows (CSV, 4 files),"
-        f" {PARTITIONS} partitions, broker: embedded Tansu, one machine (2 cores).",
-        f"Spark session start-up {m.spark_session_seconds:.1f}s, not counted in the job's rate;"
-        f" job {m.job_seconds:.1f}s: reading and checks {m.job_check_seconds:.1f}s, writing"
-        f" {m.job_write_seconds:.1f}s; plain producer {m.baseline_seconds:.1f}s.",
-        "Both topics were read back and hold the same table.",
+    phases = [
+        ("Spark session start-up (not in the job's rate)", m.spark_session_seconds),
+        ("the job", m.job_seconds),
+        ("the job: reading and checks", m.job_check_seconds),
+        ("the job: writing", m.job_write_seconds),
+        ("plain producer", m.baseline_seconds),
     ]
+    details = [table(["phase", "seconds"], [[p, f"{sec:.1f}"] for p, sec in phases])]
+    facts = {"rows": m.rows, "history_rows": m.history_rows, "partitions": PARTITIONS}
     plot = plots.comparison(
         plot_path(NAME),
         TITLE,
         [(r.metric, r.measured, r.baseline) for r in rows],
         ("Spark job", "plain producer"),
     )
-    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot])
+    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot], facts=facts)
 
 
 if __name__ == "__main__":

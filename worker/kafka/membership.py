@@ -57,6 +57,12 @@ from worker.errors import (
     FatalError,
     RebalanceInProgress,
 )
+from worker.events import (
+    MEMBERSHIP_ASSIGNED,
+    MEMBERSHIP_CLOSED,
+    MEMBERSHIP_STALE_MEMBER_REMOVED,
+    MEMBERSHIP_STARTED,
+)
 from worker.kafka import group_coordinator
 from worker.kafka.error_classifier import group_error, join_can_be_retried
 from worker.kafka.member_config import kafka_python_config, planner_config
@@ -154,11 +160,11 @@ class GroupMember:
                 self._settings.session_timeout_ms,
             )
             self._log.info(
-                "membership.stale_member_removed", member_id=stale_member_id, error=error or None
+                MEMBERSHIP_STALE_MEMBER_REMOVED, member_id=stale_member_id, error=error or None
             )
         consumer.subscribe(topics=self._topics)
         self._consumer = consumer
-        self._log.info("membership.started", topics=self._topics)
+        self._log.info(MEMBERSHIP_STARTED, topics=self._topics)
 
     @property
     def generation(self) -> int:
@@ -260,7 +266,7 @@ class GroupMember:
         self._pending_moves = assignment.pending_moves
         self._metrics.rebalances.inc()
         self._log.info(
-            "membership.assigned",
+            MEMBERSHIP_ASSIGNED,
             generation=assignment.generation,
             active=sorted(map(str, assignment.active)),
             revoked=sorted(map(str, revoked)),
@@ -379,7 +385,7 @@ class GroupMember:
                 group_coordinator.close_without_leaving(consumer)
         except Exception as exc:  # closing must not mask the caller's error
             self._log.warning("membership.close_failed", error=repr(exc))
-        self._log.info("membership.closed", left=leave)
+        self._log.info(MEMBERSHIP_CLOSED, left=leave)
 
     def _finish_join(self) -> None:
         """Wait (on the join's own completion, bounded) for a join under way to end."""

@@ -50,6 +50,7 @@ from worker.assignment import lags, planner
 from worker.assignment.model import NO_PROBE, Assignment, Subscription, UserDataError
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
+from worker.events import MEMBERSHIP_ASSIGN
 from worker.observability import get_logger
 
 ASSIGNOR_NAME = "worker-tasks"
@@ -144,7 +145,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         prober = min(keys.values(), default="")
         self._pending_moves = result.pending_moves
         self._log.info(
-            "membership.assign",
+            MEMBERSHIP_ASSIGN,
             members=len(members),
             tasks=len(tasks),
             standbys=sum(map(len, result.standby.values())),

@@ -25,6 +25,7 @@ from typing import Any
 
 from worker.clock import Clock
 from worker.errors import FatalError
+from worker.events import RECORD_SKIPPED
 from worker.observability import Metrics
 from worker.processing.context import Record, RecordSink
 
@@ -208,7 +209,7 @@ class RecordErrorHandler:
             self._suppressed += 1
             return
         self._log.warning(
-            "record.skipped",
+            RECORD_SKIPPED,
             reason=reason,
             policy=policy.value,
             record=record.coordinates,

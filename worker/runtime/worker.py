@@ -17,6 +17,7 @@ from pathlib import Path
 from worker.assignment.model import Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
+from worker.events import WORKER_STARTING, WORKER_STOPPED
 from worker.kafka.member_states import Lost, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
@@ -114,7 +115,7 @@ class Worker:
                     raise
         finally:
             self._rt = None  # everything it held is closed now
-            self._log.info("worker.stopped", clean=outcome.clean)
+            self._log.info(WORKER_STOPPED, clean=outcome.clean)
         self._set_state(WorkerState.NOT_RUNNING)
         return 0
 
@@ -148,7 +149,7 @@ class Worker:
             advertised_endpoint(settings.application_server, settings.http_host, rt.http.port)
         ).with_partitions(rt.layout.partitions)
         self._log.info(
-            "worker.starting",
+            WORKER_STARTING,
             process_id=rt.state_dir.process_id,
             http_port=rt.http.port,
             endpoint=self._routing.endpoint,

@@ -16,6 +16,7 @@ from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
+from worker.events import TASK_WIPED
 from worker.kafka.collector import RecordCollector
 from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
@@ -189,7 +190,7 @@ class Task:
         self._close_stores()
         self._ctx.state_dir.wipe_task(self.id, self)
         self._ctx.metrics.state_wipes.labels(reason=reason).inc()
-        self.log.warning("task.wiped", reason=reason)
+        self.log.warning(TASK_WIPED, reason=reason)
         self._open_stores()
 
     def close(self, clean: bool) -> None:

@@ -25,6 +25,7 @@ from worker.assignment.model import (
 from worker.assignment.planner import PlannerConfig
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import FakeClock
+from worker.events import MEMBERSHIP_ASSIGN
 from worker.kafka.task_assignor import TaskAssignor
 
 T = TaskId
@@ -342,7 +343,7 @@ def test_a_task_changing_owner_is_withheld_for_a_round_and_its_partitions_go_to_
     assert withheld <= second.standby
     assert second.warmup == frozenset()
     assert first.active_hosts == {"h:1": first.active, "h:2": frozenset()}
-    (event,) = [e for e in logs if e["event"] == "membership.assign"]
+    (event,) = [e for e in logs if e["event"] == MEMBERSHIP_ASSIGN]
     assert event["pending_moves"] == 4
     assert event["moves"] == [f"{task}->p2" for task in sorted(withheld)]
 
@@ -364,7 +365,7 @@ def test_the_follow_up_round_gives_withheld_tasks_to_their_intended_owner() -> N
     assert result["m1"][1].active == kept
     assert result["m2"][1].active == _all_tasks() - kept
     assert result["m2"][0] == _sources(result["m2"][1].active)
-    (event,) = [e for e in logs if e["event"] == "membership.assign"]
+    (event,) = [e for e in logs if e["event"] == MEMBERSHIP_ASSIGN]
     assert event["pending_moves"] == 0
 
 

@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from tests.fakes import FakeRestoreConsumer
 from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
 from worker.assignment.task_id import TaskId
+from worker.events import CHANGELOG_TRANSITION
 from worker.kafka.consumers import FetchedBatch
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
@@ -259,7 +260,7 @@ def test_a_step_with_nothing_registered_fetches_nothing(
 
 def changelog_moves(logs: list[dict]) -> list[tuple[str, str, str]]:
     return [
-        (e["changelog"], e["src"], e["dst"]) for e in logs if e["event"] == "changelog.transition"
+        (e["changelog"], e["src"], e["dst"]) for e in logs if e["event"] == CHANGELOG_TRANSITION
     ]
 
 

@@ -20,6 +20,7 @@ from tests.unit.tasks.conftest import (
 )
 from worker.clock import FakeClock
 from worker.errors import StateLocked, TaskCorrupted
+from worker.events import TASK_TRANSITION
 from worker.observability import Metrics
 from worker.processing.handlers import RecordFailed
 from worker.processing.topology import BuiltTopology
@@ -101,7 +102,7 @@ def test_task_transitions_are_logged_with_task_id_and_role_bound(
         task = new_task(ctx, topology)
         task.transition(TaskState.RESTORING, "assigned")
 
-    (entry,) = [e for e in logs if e["event"] == "task.transition"]
+    (entry,) = [e for e in logs if e["event"] == TASK_TRANSITION]
     assert entry["task_id"] == "0_1"
     assert entry["role"] == "active"
     assert (entry["src"], entry["dst"], entry["reason"]) == ("created", "restoring", "assigned")
