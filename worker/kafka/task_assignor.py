@@ -177,7 +177,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         ends = self._fetch_end_offsets(per_task)
         lag = lags.task_lags(tasks, per_task, ends, subscriptions)
         clients = {
-            key: planner.ClientState(key, sub.prev_active, sub.prev_standby, lag[key])
+            key: planner.ClientState(key, sub.prev_active, sub.prev_standby, lag.reported[key])
             for key, sub in subscriptions.items()
         }
         stateless = frozenset(t for t, parts in per_task.items() if not parts)
@@ -189,6 +189,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             now_ms,
             stateless,
             _moves(self._pending_moves, subscriptions),
+            lag.unreported,
         )
 
     def _fetch_end_offsets(self, per_task: Mapping[TaskId, Sequence[TP]]) -> dict[TP, int]:
