@@ -57,8 +57,8 @@ f. Two-phase moves (KIP-429). A task never becomes active on a new client in the
    task when it is one of them; the others just lose it. The previous owners revoke and
    ask for the follow-up round, in which nobody claims the task and b1 keeps it on the
    intended owner given ``previous_moves``: the leader's own memory, or, when another
-   member planned the previous round, the moves every assignment carries and members
-   echo in their subscriptions (:mod:`worker.kafka.task_assignor`).
+   member planned the previous round, the moves members were told of (those they take
+   part in) and echo in their subscriptions (:mod:`worker.kafka.task_assignor`).
 
 Same input, same output, whatever order the tasks and clients arrive in: every choice
 above ends in a tie-break on the client key and the TaskId.
