@@ -102,6 +102,11 @@ def _read_be8(data: bytes, offset: int) -> int:
     return value
 
 
+def is_meta_key(stored_key: bytes) -> bool:
+    """True for the store's reserved keys: never expired, never filtered by time."""
+    return stored_key.startswith(RESERVED_PREFIX)
+
+
 def encode_meta(value: int) -> bytes:
     """A reserved key's value: a time as 8 bytes."""
     return be8(value)
@@ -301,6 +306,19 @@ def plan_expiry(
         return None
     hi = be8(upto // interval_ms) if segmented else be8(upto)
     return ExpiryPlan(KeyRange(b"", hi), upto)
+
+
+def entry_time(stored_key: bytes, *, segmented: bool) -> int:
+    """The time retention is judged by: a fixed window's start, a sliding or session
+    window's end. Restores and standbys skip entries with :func:`is_expired` times
+    (reserved keys aside, :func:`is_meta_key`).
+
+    Raises:
+        CorruptWindowEntry: not the layout.
+    """
+    if segmented:
+        return decode_segmented_key(stored_key)[2]
+    return _read_be8(stored_key, 0)
 
 
 def is_expired(time_ms: int, observed_ms: int, retention_ms: int) -> bool:

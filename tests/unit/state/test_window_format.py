@@ -137,3 +137,10 @@ def test_expiry_moves_in_whole_steps_below_the_cutoff() -> None:
 def test_reads_filter_what_retention_has_passed() -> None:
     assert wf.is_expired(899_999, 1_000_000, 100_000)
     assert not wf.is_expired(900_000, 1_000_000, 100_000)
+
+
+def test_restores_judge_retention_by_start_or_end_and_leave_reserved_keys_alone() -> None:
+    assert wf.entry_time(wf.fixed_key(120, b"k"), segmented=False) == 120
+    assert wf.entry_time(wf.segmented_key(b"k", 100, 180, 60), segmented=True) == 180
+    assert wf.is_meta_key(wf.EXPIRED_UPTO)
+    assert not wf.is_meta_key(wf.fixed_key(wf.MAX_TIME_MS, b"\xff"))
