@@ -10,7 +10,7 @@ The operator applies a :class:`SessionMerge` in one step of its write buffer:
 
 1. read the key's sessions in reach (``window_format.segment_ranges`` over ends from
    ``ts - gap``, keeping starts ``<= ts + gap``);
-2. ``merge(ts, found, gap)``;
+2. ``assign(ts, found, windows, observed)``: the merge, or None for a late record;
 3. fold the aggregates of ``replaced`` with the user's merger, then the record with the
    aggregator; delete every ``replaced`` session and put the result under ``session``
    (a session's key holds its end, so a merged session moves);
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from worker.processing.windows import Window
+from worker.processing.windows import SessionWindows, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +56,27 @@ def merge(ts: int, found: Iterable[Window], gap_ms: int) -> SessionMerge:
     ``found`` may hold more than those in reach (a store scan reads whole key ranges);
     the others are left alone.
     """
-    replaced = tuple(sorted((s for s in found if in_reach(s, ts, gap_ms)), key=_by_start))
+    replaced = tuple(sorted(s for s in found if in_reach(s, ts, gap_ms)))
     start = min((s.start_ms for s in replaced), default=ts)
     end = max((s.end_ms for s in replaced), default=ts)
     return SessionMerge(Window(min(start, ts), max(end, ts)), replaced)
 
 
-def _by_start(session: Window) -> tuple[int, int]:
-    return session.start_ms, session.end_ms
+def assign(
+    ts: int, found: Iterable[Window], windows: SessionWindows, observed_ms: int
+) -> SessionMerge | None:
+    """:func:`merge`, or None when the record is late: the session it would make is
+    closed at ``observed_ms`` (the record included), or it would absorb a closed one.
+
+    The second case is real: a session closes ``gap + grace`` after its end, and a record
+    up to ``gap + grace`` behind stream time still makes an open session of its own, so a
+    record more than ``grace`` late can reach a closed session. Merging it would change a
+    result emit-final has already sent, and its lateness for that session is over grace,
+    so it is dropped. Kafka Streams checks the merged session only.
+    """
+    merged = merge(ts, found, windows.gap_ms)
+    if windows.is_closed(merged.session, observed_ms):
+        return None
+    if any(windows.is_closed(s, observed_ms) for s in merged.replaced):
+        return None
+    return merged

@@ -29,7 +29,7 @@ its **last instant** by more than grace, so a record is accepted iff it is at mo
 
 ``t`` is the operator's observed time: the largest timestamp it has applied, the current
 record's included. Retention defaults to the shortest that is safe (``size + grace``,
-``2 * time_difference + grace`` for sliding, ``gap + grace`` for sessions) and may not be
+``2 * time_difference + grace`` for sliding, ``2 * gap + grace`` for sessions) and may not be
 shorter: a window must stay in the store until it can no longer change.
 
 Mistakes in a definition raise :class:`InvalidWindow` when the topology is built, naming
@@ -55,10 +55,11 @@ class InvalidWindow(TopologyError):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class Window:
-    """One window's bounds. The kind decides whether ``end_ms`` is included: fixed windows
-    are ``[start, end)``, sliding and session windows ``[start, end]``."""
+    """One window's bounds, ordered by start, then end. The kind decides whether ``end_ms``
+    is included: fixed windows are ``[start, end)``, sliding and session windows
+    ``[start, end]``."""
 
     start_ms: int
     end_ms: int
@@ -262,7 +263,13 @@ class SessionWindows:
 
     Raises:
         InvalidWindow: a gap below 1 ms, a negative grace, or a retention shorter than
-            ``gap + grace``.
+            ``2 * gap + grace``.
+
+    Retention is judged by a session's end. The minimum is ``2 * gap + grace``, not
+    ``gap + grace`` (Kafka's): a record may be up to ``gap + grace`` behind stream time and
+    still reach back ``gap`` further, to a session that must still be in the store so
+    that the record is seen to reach a closed session and dropped, rather than start a
+    second session within ``gap`` of the first.
     """
 
     gap_ms: int
@@ -272,7 +279,9 @@ class SessionWindows:
     def __post_init__(self) -> None:
         _check_ms("gap_ms", self.gap_ms, 1)
         _check_ms("grace_ms", self.grace_ms, 0)
-        _check_retention(self.retention_ms, self.gap_ms + self.grace_ms, "gap_ms + grace_ms")
+        _check_retention(
+            self.retention_ms, 2 * self.gap_ms + self.grace_ms, "2 * gap_ms + grace_ms"
+        )
 
     kind = "session"
 
@@ -297,9 +306,9 @@ class SessionWindows:
 
 
 def session(gap_ms: int, *, grace_ms: int, retention_ms: int | None = None) -> SessionWindows:
-    """Session windows; retention defaults to ``gap + grace``."""
+    """Session windows; retention defaults to ``2 * gap + grace``."""
     if retention_ms is None:
-        retention_ms = _check_ms("gap_ms", gap_ms, 1) + _check_ms("grace_ms", grace_ms, 0)
+        retention_ms = 2 * _check_ms("gap_ms", gap_ms, 1) + _check_ms("grace_ms", grace_ms, 0)
     return SessionWindows(gap_ms, grace_ms, retention_ms)
 
 

@@ -34,7 +34,7 @@ from worker.processing.windows import (
         (lambda: sliding(10_000, grace_ms=1_000, retention_ms=20_999), "retention_ms"),
         (lambda: session(0, grace_ms=0), "gap_ms"),
         (lambda: session(30_000, grace_ms=-1), "grace_ms"),
-        (lambda: session(30_000, grace_ms=1_000, retention_ms=30_999), "retention_ms"),
+        (lambda: session(30_000, grace_ms=1_000, retention_ms=60_999), "retention_ms"),
     ],
 )
 def test_a_bad_definition_is_a_topology_error_naming_the_parameter(build, key) -> None:
@@ -57,7 +57,7 @@ def test_retention_defaults_to_the_shortest_safe_one() -> None:
     assert tumbling(60_000, grace_ms=5_000).retention_ms == 65_000
     assert hopping(60_000, 10_000, grace_ms=0).retention_ms == 60_000
     assert sliding(10_000, grace_ms=1_000).retention_ms == 21_000
-    assert session(30_000, grace_ms=1_000).retention_ms == 31_000
+    assert session(30_000, grace_ms=1_000).retention_ms == 61_000
     assert tumbling(60_000, grace_ms=0, retention_ms=3_600_000).retention_ms == 3_600_000
 
 
@@ -153,6 +153,19 @@ def test_a_record_inside_a_session_leaves_its_bounds_and_a_lone_one_starts_its_o
 
 def test_definitions_are_frozen_values() -> None:
     assert tumbling(10, grace_ms=1) == TimeWindows(10, 10, 1, 11)
-    assert session(10, grace_ms=1) == SessionWindows(10, 1, 11)
+    assert session(10, grace_ms=1) == SessionWindows(10, 1, 21)
     with pytest.raises(AttributeError):
         tumbling(10, grace_ms=1).grace_ms = 2  # type: ignore[misc]
+
+
+def test_a_record_that_would_reopen_a_closed_session_is_late() -> None:
+    windows = session(10, grace_ms=0)
+    closed = Window(0, 5)  # closed once observed time is past 15
+
+    assert sessions.assign(14, [closed], windows, observed_ms=16) is None
+    assert sessions.assign(14, [closed], windows, observed_ms=15) == sessions.merge(
+        14, [closed], 10
+    )
+    lone = sessions.assign(16, [closed], windows, observed_ms=16)
+    assert lone is not None and lone.session == Window(16, 16)
+    assert sessions.assign(5, [], windows, observed_ms=16) is None  # its own session is closed
