@@ -28,7 +28,12 @@ its **last instant** by more than grace, so a record is accepted iff it is at mo
   closed once ``t > end + gap + grace`` (KAFKA-8289, KAFKA-12718 were off by one here).
 
 ``t`` is the operator's observed time: the largest timestamp it has applied, the current
-record's included. Retention defaults to the shortest that is safe (``size + grace``,
+record's included, and raised to the task's stream time when its emit-final punctuator
+runs. Accepting records and emitting final results must use that same persisted time: a
+window emitted on one clock and still open on another would change after its final
+result.
+
+Retention defaults to the shortest that is safe (``size + grace``,
 ``2 * time_difference + grace`` for sliding, ``2 * gap + grace`` for sessions) and may not be
 shorter: a window must stay in the store until it can no longer change.
 

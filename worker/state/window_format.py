@@ -54,12 +54,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from worker.errors import WorkerError
+from worker.processing.windows import MAX_TIME_MS
 from worker.state.scan import KeyRange
 from worker.state.ttl import RESERVED_PREFIX
 
 _BE8 = struct.Struct(">Q")
 _WIDTH = _BE8.size
-MAX_TIME_MS = 2**63 - 1
 MIN_SEGMENT_INTERVAL_MS = 60_000  # Kafka Streams' floor for segment intervals
 ESCAPE = b"\x00\xff"
 TERMINATOR = b"\x00"
