@@ -34,7 +34,7 @@ window emitted on one clock and still open on another would change after its fin
 result.
 
 Retention defaults to the shortest that is safe (``size + grace``,
-``2 * time_difference + grace`` for sliding, ``2 * gap + grace`` for sessions) and may not be
+``2 * time_difference + grace + 1`` for sliding, ``2 * gap + grace`` for sessions) and may not be
 shorter: a window must stay in the store until it can no longer change.
 
 Mistakes in a definition raise :class:`InvalidWindow` when the topology is built, naming
@@ -196,13 +196,16 @@ class SlidingWindows:
     """Windows of ``time_difference_ms`` defined by the records, inclusive at both ends
     (Kafka's KIP-450). Each record ``ts`` has a *left* window ``[ts - d, ts]``, ending at
     it, and a *right* window ``[ts + 1, ts + 1 + d]``, starting just after it, which
-    exists once a later record falls in it; the aggregation creates them as Kafka's
-    ``KStreamSlidingWindowAggregate`` does, reading the key's windows back to ``ts - 2d``
-    (hence the minimum retention ``2 * time_difference + grace``, Kafka's too).
+    exists once a later record falls in it (:mod:`.sliding` plans the writes).
+
+    Retention is judged by a window's end. A record is accepted while its right window is
+    open, up to ``d + 1 + grace`` behind stream time, and its plan reads the key's windows
+    ending down to ``ts - d``, hence the minimum ``2 * time_difference + grace + 1``
+    (Kafka's is ``2 * time_difference + grace``, judged by start).
 
     Raises:
         InvalidWindow: a time difference below 1 ms, a negative grace, or a retention
-            shorter than ``2 * time_difference + grace``.
+            shorter than ``2 * time_difference + grace + 1``.
     """
 
     time_difference_ms: int
@@ -214,8 +217,8 @@ class SlidingWindows:
         _check_ms("grace_ms", self.grace_ms, 0)
         _check_retention(
             self.retention_ms,
-            2 * self.time_difference_ms + self.grace_ms,
-            "2 * time_difference_ms + grace_ms",
+            2 * self.time_difference_ms + self.grace_ms + 1,
+            "2 * time_difference_ms + grace_ms + 1",
         )
 
     kind = "sliding"
@@ -254,10 +257,10 @@ class SlidingWindows:
 def sliding(
     time_difference_ms: int, *, grace_ms: int, retention_ms: int | None = None
 ) -> SlidingWindows:
-    """Sliding windows; retention defaults to ``2 * time_difference + grace``."""
+    """Sliding windows; retention defaults to ``2 * time_difference + grace + 1``."""
     if retention_ms is None:
         difference = _check_ms("time_difference_ms", time_difference_ms, 1)
-        retention_ms = 2 * difference + _check_ms("grace_ms", grace_ms, 0)
+        retention_ms = 2 * difference + _check_ms("grace_ms", grace_ms, 0) + 1
     return SlidingWindows(time_difference_ms, grace_ms, retention_ms)
 
 

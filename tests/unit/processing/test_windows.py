@@ -31,7 +31,7 @@ from worker.processing.windows import (
         (lambda: tumbling(True, grace_ms=0), "size_ms"),  # type: ignore[arg-type]
         (lambda: sliding(10_000, grace_ms=-5), "grace_ms"),
         (lambda: sliding(0, grace_ms=0), "time_difference_ms"),
-        (lambda: sliding(10_000, grace_ms=1_000, retention_ms=20_999), "retention_ms"),
+        (lambda: sliding(10_000, grace_ms=1_000, retention_ms=21_000), "retention_ms"),
         (lambda: session(0, grace_ms=0), "gap_ms"),
         (lambda: session(30_000, grace_ms=-1), "grace_ms"),
         (lambda: session(30_000, grace_ms=1_000, retention_ms=60_999), "retention_ms"),
@@ -56,7 +56,7 @@ def test_grace_has_no_default() -> None:
 def test_retention_defaults_to_the_shortest_safe_one() -> None:
     assert tumbling(60_000, grace_ms=5_000).retention_ms == 65_000
     assert hopping(60_000, 10_000, grace_ms=0).retention_ms == 60_000
-    assert sliding(10_000, grace_ms=1_000).retention_ms == 21_000
+    assert sliding(10_000, grace_ms=1_000).retention_ms == 21_001
     assert session(30_000, grace_ms=1_000).retention_ms == 61_000
     assert tumbling(60_000, grace_ms=0, retention_ms=3_600_000).retention_ms == 3_600_000
 
