@@ -14,14 +14,38 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.property.test_sliding_plan import reference
 from tests.property.test_window_assignment import fixed_windows, reference_sessions
 from worker.processing import sessions
-from worker.processing.windows import SessionWindows, TimeWindows, Window, hopping, session
+from worker.processing import sliding as sliding_plan
+from worker.processing.sliding import Stored
+from worker.processing.windows import (
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    Window,
+    hopping,
+    session,
+    sliding,
+)
 from worker.state import window_format as wf
 
 keys = st.sampled_from([b"a", b"a\x00", b"", b"\xff"])
 records = st.lists(st.tuples(keys, st.integers(min_value=0, max_value=150)), max_size=40)
 FAR = 10**6
+
+
+def segmented_runs(span_max: int) -> tuple[st.SearchStrategy[Any], ...]:
+    """(gap or time difference, grace, retention beyond the minimum, segment interval,
+    records, emit every n records)."""
+    return (
+        st.integers(min_value=1, max_value=span_max),
+        st.integers(min_value=0, max_value=span_max),
+        st.integers(min_value=0, max_value=span_max),
+        st.integers(min_value=1, max_value=90),
+        records,
+        st.integers(min_value=1, max_value=4),
+    )
 
 
 class ExpiringModel:
@@ -36,6 +60,7 @@ class ExpiringModel:
     expired_upto: int
     interval: int
     segmented: bool
+    born_closed: frozenset[Any] | set[Any] = frozenset()  # windows never emittable
 
     def identity(self, stored: bytes) -> tuple[object, ...]:
         raise NotImplementedError
@@ -64,7 +89,8 @@ class ExpiringModel:
         if plan is None:
             return
         for stored in [k for k in self.store if k in plan.range]:
-            assert self.identity(stored) in self.emitted, "expired before emitted"
+            identity = self.identity(stored)
+            assert identity in self.emitted or identity in self.born_closed, "expired unemitted"
             del self.store[stored]
         self.expired_upto = plan.expired_upto
 
@@ -125,9 +151,30 @@ def test_fixed_windows_are_emitted_once_closed_and_expired_only_after(
     assert model.emitted == dict(model.accepted)
 
 
-class SessionModel(ExpiringModel):
+class SegmentedModel(ExpiringModel):
+    """Sliding and session windows: keyed by end inside segments, emitted by end."""
+
+    windows: SessionWindows | SlidingWindows  # type: ignore[assignment]
     segmented = True
 
+    def identity(self, stored: bytes) -> tuple[object, ...]:
+        return wf.decode_segmented_key(stored)
+
+    def emit(self) -> None:
+        bound = self.windows.close_bound(self.observed)
+        span = wf.segment_span(self.last_emitted, bound - 1, self.interval)
+        if span is None or bound <= self.last_emitted:
+            return
+        for stored in sorted(k for k in self.store if k in span):
+            key, start, end = wf.decode_segmented_key(stored)
+            if self.last_emitted <= end < bound:
+                assert self.windows.is_closed(Window(start, end), self.observed)
+                assert (key, start, end) not in self.emitted, "emitted twice"
+                self.emitted[key, start, end] = self.store[stored]
+        self.last_emitted = bound
+
+
+class SessionModel(SegmentedModel):
     def __init__(self, gap: int, grace: int, extra: int, interval: int) -> None:
         self.windows = session(gap, grace_ms=grace, retention_ms=2 * gap + grace + extra)
         self.interval = interval
@@ -161,32 +208,9 @@ class SessionModel(ExpiringModel):
         )
         self.accepted.setdefault(key, []).append(ts)
 
-    def emit(self) -> None:
-        bound = self.windows.close_bound(self.observed)
-        span = wf.segment_span(self.last_emitted, bound - 1, self.interval)
-        if span is None or bound <= self.last_emitted:
-            return
-        for stored in sorted(k for k in self.store if k in span):
-            key, start, end = wf.decode_segmented_key(stored)
-            if self.last_emitted <= end < bound:
-                assert self.windows.is_closed(Window(start, end), self.observed)
-                assert (key, start, end) not in self.emitted, "emitted twice"
-                self.emitted[key, start, end] = self.store[stored]
-        self.last_emitted = bound
-
-    def identity(self, stored: bytes) -> tuple[object, ...]:
-        return wf.decode_segmented_key(stored)
-
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.integers(min_value=1, max_value=40),
-    st.integers(min_value=0, max_value=40),
-    st.integers(min_value=0, max_value=40),
-    st.integers(min_value=1, max_value=90),
-    records,
-    st.integers(min_value=1, max_value=4),
-)
+@given(*segmented_runs(span_max=40))
 # [7, 7] closes and is emitted at 25; 16 is within gap of it, so it is late. With a
 # retention of only gap + grace, [7, 7] was already expired and 16 started a second
 # session next to it.
@@ -202,4 +226,83 @@ def test_sessions_are_emitted_once_closed_and_match_the_reference_of_accepted_re
         assert emitted == reference_sessions(accepted, gap)
     assert sorted(ts for r in model.emitted.values() for ts in r) == sorted(
         ts for times in model.accepted.values() for ts in times
+    )
+
+
+class SlidingModel(SegmentedModel):
+    def __init__(self, d: int, grace: int, extra: int, interval: int) -> None:
+        self.windows = sliding(d, grace_ms=grace, retention_ms=2 * d + grace + 1 + extra)
+        self.interval = interval
+        self.store: dict[bytes, tuple[int, tuple[int, ...]]] = {}
+        self.shadow: dict[tuple[bytes, Window], tuple[int, tuple[int, ...]]] = {}  # no expiry
+        self.emitted: dict[tuple[bytes, int, int], tuple[int, tuple[int, ...]]] = {}
+        self.born_closed: set[tuple[bytes, int, int]] = set()
+        self.arrivals: list[tuple[bytes, int, int]] = []  # key, ts, observed time then
+        self.observed = -1
+        self.last_emitted = 0
+        self.expired_upto = 0
+
+    def found(self, key: bytes, ts: int) -> list[Stored]:
+        d = self.windows.time_difference_ms
+        ranges = wf.segment_ranges(key, ts - d, ts + 1 + d, self.interval)
+        found = []
+        for stored, (max_ts, _) in self.store.items():
+            if any(stored in r for r in ranges):
+                found_key, start, end = wf.decode_segmented_key(stored)
+                assert found_key == key
+                found.append(Stored(Window(start, end), max_ts))
+        return found
+
+    def record(self, key: bytes, ts: int) -> None:
+        self.observed = max(self.observed, ts)
+        if self.windows.is_late(ts, self.observed):
+            return
+        d = self.windows.time_difference_ms
+        writes = sliding_plan.plan(ts, self.found(key, ts), d)
+        everything = [Stored(w, v[0]) for (k, w), v in self.shadow.items() if k == key]
+        assert writes == sliding_plan.plan(ts, everything, d), "a window it needs expired"
+        if sliding_plan.touches_unemitted_closed(
+            writes, self.windows, self.observed, self.last_emitted
+        ):
+            self.emit()
+        self.arrivals.append((key, ts, self.observed))
+        before = dict(self.store)
+        for write in writes:
+            window = write.window
+            records: tuple[int, ...] = ()
+            if write.base is not None:
+                base = wf.segmented_key(key, write.base.start_ms, write.base.end_ms, self.interval)
+                records = before[base][1]
+            if write.add_record:
+                records = tuple(sorted((*records, ts)))
+            stored = wf.segmented_key(key, window.start_ms, window.end_ms, self.interval)
+            if stored not in self.store and self.windows.is_closed(window, self.observed):
+                self.born_closed.add((key, window.start_ms, window.end_ms))
+            self.store[stored] = self.shadow[key, window] = (write.max_ts, records)
+
+
+@settings(max_examples=200, deadline=None)
+@given(*segmented_runs(span_max=30))
+# 29 is accepted at 40 (its right window [30, 40] is open) and its left window needs
+# [9, 19], whose end is 2d + grace + 1 behind: a retention of 2d + grace expired it.
+@example(d=10, grace=0, extra=0, interval=1, stream=[(b"a", 19), (b"a", 40), (b"a", 29)], every=1)
+def test_sliding_windows_emit_the_records_that_came_while_they_were_open(
+    d, grace, extra, interval, stream, every
+) -> None:
+    model = SlidingModel(d, grace, extra, interval)
+    model.run(stream, every)
+
+    for (key, start, end), (max_ts, emitted) in model.emitted.items():
+        arrived_open = sorted(
+            ts
+            for k, ts, t in model.arrivals
+            if k == key and start <= ts <= end and t <= end + grace
+        )
+        assert list(emitted) == arrived_open and max_ts == max(emitted)
+    for key in {k for k, _, _ in model.arrivals}:
+        accepted = [ts for k, ts, _ in model.arrivals if k == key]
+        assert {w for k, w in model.shadow if k == key} == set(reference(accepted, d))
+    assert (
+        set(model.emitted)
+        == {(k, w.start_ms, w.end_ms) for k, w in model.shadow} - model.born_closed
     )

@@ -27,9 +27,14 @@ Early records (``ts < d``) share the window ``[0, d]``; steps 2 and 4 apply to t
 that window standing in for both kinds. The property test checks every plan against the
 windows recomputed from all the records, in any arrival order.
 
-A write to a window that is closed is still applied (it keeps the key's windows complete,
-so later plans find the right aggregates) but is not forwarded: ``SlidingWrite.window``
-with the definition's ``is_closed`` tells the operator.
+Closed windows. A record is dropped as late only when its right window is closed; an
+accepted record may still be late for some of its windows. Its writes to those are still
+applied, because later plans build new windows from them (a window created later holds
+every record in its range that arrived while it was open), but they are never forwarded,
+and with ``emit="final"`` they must not reach a final result: when
+:func:`touches_unemitted_closed` says so, run the emit-final step *before* applying the
+plan. Each final result is then the window's records that arrived while it was open,
+whatever the batches were, so a replay emits the same results.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from worker.processing.windows import Window
+from worker.processing.windows import SlidingWindows, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +156,17 @@ def _plan_early(ts: int, found: Iterable[Stored], d: int) -> tuple[SlidingWrite,
     else:
         writes[combined_window] = _add(combined, ts)
     return tuple(writes[w] for w in sorted(writes))
+
+
+def touches_unemitted_closed(
+    writes: Iterable[SlidingWrite],
+    windows: SlidingWindows,
+    observed_ms: int,
+    last_emitted_close: int,
+) -> bool:
+    """True when a plan writes to a window that has closed but whose final result is not
+    out yet (its end at or above the emit-final marker): emit first, then apply."""
+    return any(
+        windows.is_closed(w.window, observed_ms) and w.window.end_ms >= last_emitted_close
+        for w in writes
+    )
