@@ -89,9 +89,9 @@ def plan(ts: int, found: Iterable[Stored], time_difference_ms: int) -> tuple[Sli
     _previous_right(writes, starts, previous, ts, d)
     left = Window(ts - d, ts)
     if left not in writes:
-        # previous came from ``before`` here; below ts - d the left window holds ts alone
-        empty = before is None or previous is None or previous < ts - d
-        base = None if empty or before is None else before.window
+        # here previous is before's max_ts; below ts - d the left window holds ts alone
+        nonempty = before is not None and previous is not None and previous >= ts - d
+        base = before.window if nonempty and before is not None else None
         writes[left] = SlidingWrite(left, base, True, ts)
     _own_right(writes, starts, containing, ts, d)
     return tuple(writes[w] for w in sorted(writes))
