@@ -45,9 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worker.clock import MAX_TIME_MS
 from worker.errors import TopologyError
-
-MAX_TIME_MS = 2**63 - 1  # times and window bounds fit a signed 64-bit integer (Kafka's)
 
 
 class InvalidWindow(TopologyError):

@@ -53,8 +53,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from worker.clock import MAX_TIME_MS
 from worker.errors import WorkerError
-from worker.processing.windows import MAX_TIME_MS
 from worker.state.scan import KeyRange
 from worker.state.ttl import RESERVED_PREFIX
 
