@@ -31,7 +31,7 @@ class WriteBuffer:
     the buffer's whole life (``worker.state.read_path.ReadPath`` does). Owner thread only.
     """
 
-    __slots__ = ("_entries", "_bytes", "_closed", "_path", "lookup", "entries")
+    __slots__ = ("_entries", "_bytes", "_closed", "_path", "lookup", "entries", "ranges")
 
     def __init__(self, path: Path) -> None:
         self._entries: Final[dict[bytes, bytes | None]] = {}
@@ -41,6 +41,8 @@ class WriteBuffer:
         self.lookup: Final[Lookup] = self._entries.get
         self.entries: Final[Mapping[bytes, bytes | None]] = MappingProxyType(self._entries)
         """A read-only live view of the entries, in the order their keys were first written."""
+        self.ranges: Final[list[tuple[bytes, bytes]]] = []
+        """Range deletes ``[lo, hi)`` for the next commit, applied before the entries."""
 
     @property
     def size_bytes(self) -> int:
@@ -48,7 +50,8 @@ class WriteBuffer:
         return self._bytes
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Buffered entries and range deletes: zero when a commit has nothing to write."""
+        return len(self._entries) + len(self.ranges)
 
     def put(self, key: bytes, value: bytes) -> None:
         """Buffer ``key = value`` until the next commit."""
@@ -74,6 +77,23 @@ class WriteBuffer:
         elif old is not None:
             self._bytes -= len(old)  # type: ignore[arg-type]
 
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Delete every key in ``[lo, hi)`` at the next commit, atomically with it.
+
+        The commit's batch applies the range before the buffered entries, so the entries
+        in range buffered so far are dropped here and writes after this call survive.
+        Not changelogged: windowed stores expire by time range, and their changelog
+        expires by time on the broker (``window_store.py``). Until the commit, RocksDB
+        still holds the range; readers of it filter by time.
+        """
+        if type(lo) is not bytes or type(hi) is not bytes or self._closed:
+            self._refuse(lo, hi)
+        entries = self._entries
+        for key in [k for k in entries if lo <= k < hi]:
+            old = entries.pop(key)
+            self._bytes -= len(key) + (0 if old is None else len(old))
+        self.ranges.append((lo, hi))
+
     def _refuse(self, key: object, value: object) -> NoReturn:
         if type(value) is not bytes:
             raise TypeError(f"store values must be bytes, got {type(value).__name__}")
@@ -84,6 +104,7 @@ class WriteBuffer:
     def clear(self) -> None:
         """Forget every buffered write (committed, or discarded)."""
         self._entries.clear()
+        self.ranges.clear()
         self._bytes = 0
 
     def close(self) -> None:
