@@ -14,12 +14,14 @@ built-in serdes are called as the C functions behind them (``worker.serde.Codec`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from worker.errors import TopologyError
+from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.serde import Codec, Serde, SerdeError
 
 Lookup = Callable[[bytes, object], object]
+_View = TypeVar("_View", WindowStoreView, SessionStoreView)
 
 
 class ReadPath(Protocol):
@@ -195,7 +197,7 @@ class Node:
 
     __slots__ = ("name", "stores", "children", "call")
 
-    def __init__(self, name: str, stores: Mapping[str, KeyValueStore]) -> None:
+    def __init__(self, name: str, stores: Mapping[str, Any]) -> None:
         self.name = name
         self.stores = dict(stores)
         self.children: tuple[Node, ...] = ()
@@ -272,6 +274,22 @@ class ProcessorContext:
             raise TopologyError(
                 f"processor {self.current_node.name!r} did not declare store {name!r}"
             ) from None
+
+    def window_store(self, name: str) -> WindowStoreView:
+        """The window store ``name`` (``Topology.add_window_store``), if the current
+        processor declared it."""
+        return self._typed_store(name, WindowStoreView)
+
+    def session_store(self, name: str) -> SessionStoreView:
+        """The session store ``name`` (``Topology.add_session_store``), if the current
+        processor declared it."""
+        return self._typed_store(name, SessionStoreView)
+
+    def _typed_store(self, name: str, kind: type[_View]) -> _View:
+        found = self.store(name)
+        if not isinstance(found, kind):
+            raise TopologyError(f"store {name!r} is not a {kind.__name__}")
+        return found
 
     def forward(self, key: Any, value: Any, to: str | None = None) -> None:
         """Pass a record to the current node's children (or only to child ``to``)."""
