@@ -18,6 +18,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.restoring import restore_pairs
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.window_format import decode_fixed_key, decode_segmented_key, is_meta_key
 from worker.state.window_store import WindowedStore, WindowLayout
@@ -82,13 +83,7 @@ def restored_copy(
     copy = store_kind.open_windowed(root / "copy", ENV, "copy", layout)
     for offset in range(0, len(changelog), batch):
         chunk = changelog[offset : offset + batch]
-        restore = copy.restore_batch()
-        for key, value in chunk:
-            if value is None:
-                restore.delete(key)
-            else:
-                restore.put(key, value)
-        copy.write_restored(restore, {TP: offset + len(chunk) - 1})
+        restore_pairs(copy, chunk, {TP: offset + len(chunk) - 1})
     return copy
 
 
