@@ -42,7 +42,7 @@ from worker.clock import MAX_TIME_MS
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.http.queries import TASK_HEADER, QueryRouter, Reply, store_of, unavailable
 from worker.processing.topology import StoreSpec, Subtopology
-from worker.processing.windows import SessionWindows
+from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
 from worker.serde import SerdeError
 from worker.state.scan import ScanRangeError, check_limit
@@ -145,7 +145,7 @@ def parse(
     path: str,
 ) -> WindowQuery:
     """The checked request. Raises BadRequest or ScanRangeError (both a 400)."""
-    sessions = isinstance(spec.windows, SessionWindows)
+    sessions = isinstance(spec.windows, SessionWindows | SlidingWindows)  # same shape
     if spec.windows is None or sessions != (kind == "sessions"):
         other = "sessions" if kind == "windows" else "windows"
         what = "a key-value store" if spec.windows is None else f"a {other} store"

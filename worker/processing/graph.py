@@ -30,7 +30,7 @@ from worker.processing.context import (
 from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
 from worker.processing.window_views import SessionStoreView, WindowStoreView
-from worker.processing.windows import SessionWindows
+from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
 
 Runner = Callable[[Record], None]
@@ -48,7 +48,7 @@ def store_view(
         return context.timestamp
 
     windowed: Any = raw  # a state.window_stores store: the task opened it from the spec
-    if isinstance(spec.windows, SessionWindows):
+    if isinstance(spec.windows, SessionWindows | SlidingWindows):
         return SessionStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
     return WindowStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
 

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
-from worker.processing.windows import SessionWindows, TimeWindows, hopping, session
+from worker.processing.windows import (
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    hopping,
+    session,
+)
 from worker.serde import BYTES, Serde
 
 if TYPE_CHECKING:
@@ -62,8 +68,9 @@ class StoreSpec:
     key_serde: Serde
     value_serde: Serde
     source_topic: str | None = None  # tables: the topic that is source and changelog
-    # windowed stores (add_window_store, add_session_store): their windows and retention
-    windows: TimeWindows | SessionWindows | None = None
+    # windowed stores (add_window_store, add_session_store; sliding windows live in a
+    # session-shaped store, for windowed aggregations): their windows and retention
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
     # emit-final aggregations: expiry waits until a window's final result is out
     hold_until_emitted: bool = False
 

@@ -66,6 +66,9 @@ class WindowLayout:
     ``size_ms`` and ``advance_ms``: fixed windows only (end = start + size; starts are
     multiples of the advance). ``hold_until_emitted``: an emit-final store, whose expiry
     waits for :meth:`WindowedStore.mark_emitted` (nothing emitted yet holds everything).
+    ``max_ahead_ms``: segmented layouts only, how far after the observed time a window
+    may end (0 for sessions, whose end is a record's time; ``time_difference + 1`` for
+    sliding windows, whose right window ends after the record that makes it).
     """
 
     segmented: bool
@@ -73,6 +76,7 @@ class WindowLayout:
     size_ms: int = 0
     advance_ms: int = 1
     hold_until_emitted: bool = False
+    max_ahead_ms: int = 0
 
     @property
     def interval_ms(self) -> int:

@@ -157,8 +157,14 @@ class FixedWindowStore(WindowedStore):
 
 class SessionStore(WindowedStore):
     """Sessions ``[start, end]`` (both included), keyed ``seg || key || end || start``
-    and judged by their end. A session cannot end after the observed time (its last
-    record is at most the latest write), which bounds every search."""
+    and judged by their end; also the store of sliding windows, which have the same
+    shape. A window cannot end more than ``layout.max_ahead_ms`` after the observed time
+    (a session's end is its last record's time, at most the latest write), which bounds
+    every search."""
+
+    @property
+    def _latest_end(self) -> int:
+        return self.observed_ms + self.layout.max_ahead_ms
 
     def _session(self, stored_key: bytes, stored: bytes) -> StoredWindow:
         key, start, end = decode_segmented_key(stored_key)
@@ -185,15 +191,16 @@ class SessionStore(WindowedStore):
         counted).
 
         Raises:
-            ValueError: ``start_ms > end_ms``, a negative start, or an end after the
-                observed time.
+            ValueError: ``start_ms > end_ms``, a negative start, or an end more than
+                ``layout.max_ahead_ms`` after the observed time.
         """
         stored_key = self._stored_key(key, start_ms, end_ms)
         self.advance(timestamp_ms)
-        if end_ms > self.observed_ms:
+        if end_ms > self._latest_end:
             raise ValueError(
                 f"store {self.name!r}: session end {end_ms} is after the latest write time "
-                f"{self.observed_ms} (write a session at its last record's time)"
+                f"{self.observed_ms} + {self.layout.max_ahead_ms} (write a session at its "
+                "last record's time)"
             )
         if end_ms < self.live_from:
             self.dropped_writes += 1
@@ -213,7 +220,7 @@ class SessionStore(WindowedStore):
         segment, uncommitted writes included."""
         lo = max(earliest_end_ms, self.live_from) if live_only else earliest_end_ms
         found = []
-        for found_range in segment_ranges(key, lo, self.observed_ms, self.layout.interval_ms):
+        for found_range in segment_ranges(key, lo, self._latest_end, self.layout.interval_ms):
             with self._scan(found_range) as scan:
                 for stored_key, stored in scan:
                     session = self._session(stored_key, stored)
@@ -250,7 +257,8 @@ class SessionStore(WindowedStore):
             observed = self._committed_observed()
             lo = max(from_ms, observed - self.layout.retention_ms)
             found: list[StoredWindow] = []
-            ranges = segment_ranges(key, lo, observed, self.layout.interval_ms)
+            latest_end = observed + self.layout.max_ahead_ms
+            ranges = segment_ranges(key, lo, latest_end, self.layout.interval_ms)
             for found_range in [] if limit == 0 else ranges:
                 with self._committed_scan(found_range) as scan:
                     for stored_key, stored in scan:

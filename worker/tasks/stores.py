@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from worker.processing.topology import StoreSpec
-from worker.processing.windows import SessionWindows
+from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.state.window_store import WindowLayout
@@ -17,11 +17,13 @@ def window_layout(spec: StoreSpec) -> WindowLayout | None:
     windows = spec.windows
     if windows is None:
         return None
-    if isinstance(windows, SessionWindows):
+    if isinstance(windows, SessionWindows | SlidingWindows):
+        ahead = windows.time_difference_ms + 1 if isinstance(windows, SlidingWindows) else 0
         return WindowLayout(
             segmented=True,
             retention_ms=windows.retention_ms,
             hold_until_emitted=spec.hold_until_emitted,
+            max_ahead_ms=ahead,
         )
     return WindowLayout(
         segmented=False,

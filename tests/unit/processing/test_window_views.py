@@ -14,11 +14,12 @@ from worker.errors import TopologyError
 from worker.kafka.topics import changelog_config
 from worker.processing import ProcessorContext, Topology
 from worker.processing.graph import TaskGraph
-from worker.processing.topology import BuiltTopology
-from worker.processing.windows import InvalidWindow
+from worker.processing.topology import BuiltTopology, StoreSpec
+from worker.processing.windows import InvalidWindow, sliding
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
-from worker.tasks.stores import open_store
+from worker.state.window_stores import SessionStore
+from worker.tasks.stores import open_store, window_layout
 
 MINUTE = 60_000
 
@@ -142,3 +143,14 @@ def test_asking_for_the_wrong_kind_of_store_names_it(tmp_path: Path) -> None:
         pytest.raises(TopologyError, match="not a SessionStoreView"),
     ):
         feed(graph, "input", 0, 0, 5, b"a", b"1")
+
+
+def test_sliding_window_specs_open_session_shaped_stores(tmp_path: Path) -> None:
+    spec = StoreSpec("moved", STR, JSON, windows=sliding(1000, grace_ms=0))
+    layout = window_layout(spec)
+    assert layout is not None and layout.segmented and layout.max_ahead_ms == 1001
+    store = open_store(spec, tmp_path / "moved", RocksDBEnv(16 * MiB))
+    try:
+        assert isinstance(store, SessionStore)
+    finally:
+        store.close()

@@ -182,3 +182,15 @@ def test_sessions_are_found_by_reach_and_removed(sessions: SessionStore) -> None
 def test_a_session_cannot_end_after_the_latest_write(sessions: SessionStore) -> None:
     with pytest.raises(ValueError, match="after the latest write time"):
         sessions.put_session(b"u", 0, 20, b"s", 10)
+
+
+def test_sliding_windows_may_end_after_the_latest_write(tmp_path: Path, env: RocksDBEnv) -> None:
+    layout = WindowLayout(segmented=True, retention_ms=4 * MINUTE, max_ahead_ms=1001)
+    store = SessionStore.open_windowed(tmp_path / "sl", env, "sl", layout)
+    try:
+        store.put_session(b"k", 501, 1501, b"right", 500)  # the right window of a record at 500
+        assert [s.value for s in store.find_sessions(b"k", 1000, 1000)] == [b"right"]
+        with pytest.raises(ValueError, match="after the latest write time"):
+            store.put_session(b"k", 600, 1502, b"too far", 500)
+    finally:
+        store.close()
