@@ -3,12 +3,13 @@ store integration tests (its input's record timestamps are the event times)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from worker.processing import ProcessorContext, Topology
 from worker.serde import JSON, STR
 
-EVENTS = "window-events"
+EVENTS_VARIABLE = "WINDOWED_EVENTS_TOPIC"  # one input topic per test on a shared broker
 PER_MINUTE = "per-minute"
 MINUTE = 60_000
 RETENTION_MS = 2 * MINUTE
@@ -23,7 +24,7 @@ def count(ctx: ProcessorContext, key: str, value: Any) -> None:
 def build() -> Topology:
     return (
         Topology()
-        .add_source("events", EVENTS, STR, JSON)
+        .add_source("events", os.environ.get(EVENTS_VARIABLE, "window-events"), STR, JSON)
         .add_window_store(
             PER_MINUTE,
             MINUTE,

@@ -1,7 +1,9 @@
 """Windowed stores on the broker: the changelog topic's configs, a restart after kill -9
 restores only the tail, and a cold restore keeps only the windows inside retention.
 
-The app (``tests.apps.windowed``) counts per key per minute in a store kept two minutes;
+Both guarantees: under exactly-once the changelog carries transaction markers, and the
+offsets stored with the data are the transactions' (the same atomic commit). The app
+(``tests.apps.windowed``) counts per key per minute in a store kept two minutes;
 the input spans 20 minutes of event time, so most windows have expired by the end.
 """
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import orjson
+import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.apps import windowed
@@ -37,12 +40,12 @@ LAYOUT = WindowLayout(
 )
 
 
-def produce_events(bootstrap: str, first_ms: int) -> list[tuple[str, int]]:
+def produce_events(bootstrap: str, topic: str, first_ms: int) -> list[tuple[str, int]]:
     """One record a second over 20 minutes of event time, keys round-robin."""
     producer = ck.Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     events = [(f"k{i % KEYS:02d}", first_ms + i * 1000) for i in range(RECORDS)]
     for i, (key, ts) in enumerate(events):
-        producer.produce(windowed.EVENTS, orjson.dumps({"i": i}), key.encode(), timestamp=ts)
+        producer.produce(topic, orjson.dumps({"i": i}), key.encode(), timestamp=ts)
     assert producer.flush(30) == 0
     return events
 
@@ -72,19 +75,23 @@ def windows_on_disk(state_dir: Path) -> int:
     return count
 
 
-def test_a_window_store_restores_its_tail_and_only_live_windows(worker_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_a_window_store_restores_its_tail_and_only_live_windows(worker_factory, guarantee) -> None:  # type: ignore[no-untyped-def]
     bootstrap = worker_factory.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(windowed.EVENTS, PARTITIONS, 1)]).values():
+    topic = f"{worker_factory.application_id}-events"
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(30)
     settings = {
+        "processing.guarantee": guarantee,
         "commit.interval.ms": 200,
         "windowstore.changelog.additional.retention.ms": MARGIN_MS,
     }
-    w = worker_factory("w", settings=settings, args=["--app", APP], env={"PYTHONPATH": REPO})
+    env = {"PYTHONPATH": REPO, windowed.EVENTS_VARIABLE: topic}
+    w = worker_factory("w", settings=settings, args=["--app", APP], env=env)
     w.wait_ready(60)
     now_minute = int(time.time() * 1000) // windowed.MINUTE * windowed.MINUTE
-    events = produce_events(bootstrap, now_minute - 25 * windowed.MINUTE)
+    events = produce_events(bootstrap, topic, now_minute - 25 * windowed.MINUTE)
     w.wait_for_metric("worker_processed_records_total", lambda n: n >= RECORDS, 120)
     w.wait_for_metric("worker_uncommitted_bytes", lambda n: n == 0, 30)  # all committed
 
@@ -106,9 +113,17 @@ def test_a_window_store_restores_its_tail_and_only_live_windows(worker_factory) 
     w.start()
     w.wait_ready(120)
     restored = w.metric("worker_restored_records_total")
+    code, body = w.get(f"/stores/{windowed.PER_MINUTE}/windows?limit=1000")
+    answer = orjson.loads(body)
+    assert code == 200 and answer["complete"], answer
+    key = events[-1][0]
+    code, body = w.get(f"/stores/{windowed.PER_MINUTE}/windows?key={key}")
+    assert code == 200 and orjson.loads(body)["windows"] == [
+        window for window in answer["windows"] if window["key"] == key
+    ]
     assert w.terminate() == 0
     on_disk = windows_on_disk(w.state_dir)
     expected = live_windows(events)
     all_windows = len({(k, ts // windowed.MINUTE) for k, ts in events})
-    assert on_disk == expected, (on_disk, expected, all_windows, restored)
+    assert on_disk == expected == len(answer["windows"]), (on_disk, expected, restored)
     assert expected < all_windows / 5  # the history held far more
