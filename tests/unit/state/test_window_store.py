@@ -11,6 +11,7 @@ import pytest
 from tests.support.restoring import restore_pairs
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.scan import ScanRangeError
+from worker.state.store import Store
 from worker.state.window_format import EXPIRED_UPTO, OBSERVED_MS
 from worker.state.window_store import WindowLayout
 from worker.state.window_stores import FixedWindowStore, SessionStore
@@ -192,5 +193,26 @@ def test_sliding_windows_may_end_after_the_latest_write(tmp_path: Path, env: Roc
         assert [s.value for s in store.find_sessions(b"k", 1000, 1000)] == [b"right"]
         with pytest.raises(ValueError, match="after the latest write time"):
             store.put_session(b"k", 600, 1502, b"too far", 500)
+    finally:
+        store.close()
+
+
+def test_a_range_delete_goes_first_in_the_commit_batch(tmp_path: Path, env: RocksDBEnv) -> None:
+    """Store.delete_range: buffered writes in range before it are dropped, writes after it
+    survive, reads cached from the range are forgotten at commit, nothing reaches the
+    pending (changelog) entries."""
+    store = Store.open(tmp_path / "plain", env, "plain")
+    try:
+        for key in (b"a", b"b", b"c", b"d"):
+            store.put(key, b"old")
+        store.commit({TP: 0})
+        assert store.get(b"b") == b"old"  # now in the read cache
+        store.put(b"c", b"buffered")
+        store.delete_range(b"b", b"d")
+        assert b"c" not in store.pending()
+        store.put(b"c", b"after")
+        store.commit({TP: 1})
+        assert dict(store.iter_committed()) == {b"a": b"old", b"c": b"after", b"d": b"old"}
+        assert store.get(b"b") is None
     finally:
         store.close()
