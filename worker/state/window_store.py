@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Self, cast
+from typing import NamedTuple, Protocol, Self, cast
 
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.scan import KeyRange, Scan
@@ -82,6 +82,27 @@ class WindowLayout:
     def interval_ms(self) -> int:
         """Expiry's step (and the segment length of segmented layouts)."""
         return segment_interval(self.retention_ms)
+
+
+class WindowEvents(Protocol):
+    """Where a windowed store reports what it drops (the task's metrics)."""
+
+    def expiry_range(self) -> None: ...
+
+    def expired_write(self) -> None: ...
+
+    def restore_skipped(self, records: int) -> None: ...
+
+
+class _NoEvents:
+    def expiry_range(self) -> None:
+        return None
+
+    def expired_write(self) -> None:
+        return None
+
+    def restore_skipped(self, records: int) -> None:
+        return None
 
 
 class StoredWindow(NamedTuple):
@@ -133,15 +154,25 @@ class WindowedStore(Store):
     dropped_writes: int  # writes to expired windows, dropped (for metrics and tests)
     restore_skipped: int  # restored records past the cutoff, not written
     expiry_ranges: int  # range deletes buffered
+    events: WindowEvents
 
     @classmethod
-    def open_windowed(cls, path: Path, env: RocksDBEnv, name: str, layout: WindowLayout) -> Self:
-        """:meth:`Store.open`, then the store's progress read from its reserved keys.
+    def open_windowed(
+        cls,
+        path: Path,
+        env: RocksDBEnv,
+        name: str,
+        layout: WindowLayout,
+        events: WindowEvents | None = None,
+    ) -> Self:
+        """:meth:`Store.open`, then the store's progress read from its reserved keys;
+        ``events`` hears of expiry ranges, dropped writes and skipped restored records.
 
         Raises: as :meth:`Store.open`.
         """
         store = cast(Self, cls.open(path, env, name))
         store.layout = layout
+        store.events = _NoEvents() if events is None else events
         store.dropped_writes = store.restore_skipped = store.expiry_ranges = 0
         store._load_progress()
         return store
@@ -159,6 +190,12 @@ class WindowedStore(Store):
     def live_from(self) -> int:
         """Windows with a time below this read as absent (``observed - retention``)."""
         return self.observed_ms - self.layout.retention_ms
+
+    def _dropped(self) -> bool:
+        """A write to an expired window: counted, and False for the caller to return."""
+        self.dropped_writes += 1
+        self.events.expired_write()
+        return False
 
     def advance(self, time_ms: int) -> None:
         """Raise the observed time to ``time_ms`` (a write's timestamp, or emit-final's
@@ -197,6 +234,7 @@ class WindowedStore(Store):
         self.expired_upto = plan.expired_upto
         self.put(EXPIRED_UPTO, encode_meta(plan.expired_upto))
         self.expiry_ranges += 1
+        self.events.expiry_range()
 
     def discard_pending(self) -> None:
         """Forget the buffered writes, and the progress they carried."""
@@ -253,7 +291,10 @@ class WindowedStore(Store):
         if plan is not None:
             self.expired_upto = plan.expired_upto
             self.expiry_ranges += 1
-        self.restore_skipped += skipped
+            self.events.expiry_range()
+        if skipped:
+            self.restore_skipped += skipped
+            self.events.restore_skipped(skipped)
 
     # -- scans for window_stores.py -----------------------------------------------------
 

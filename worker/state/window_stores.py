@@ -78,8 +78,7 @@ class FixedWindowStore(WindowedStore):
             )
         self.advance(timestamp_ms)
         if start_ms < self.live_from:
-            self.dropped_writes += 1
-            return False
+            return self._dropped()
         stored_key = fixed_key(start_ms, key)
         if value is None:
             self.delete(stored_key)
@@ -203,8 +202,7 @@ class SessionStore(WindowedStore):
                 "last record's time)"
             )
         if end_ms < self.live_from:
-            self.dropped_writes += 1
-            return False
+            return self._dropped()
         self.put(stored_key, encode_value(end_ms if max_ts_ms is None else max_ts_ms, value))
         return True
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from worker.assignment.task_id import TaskId
+from worker.observability import Metrics
 from worker.processing.topology import StoreSpec
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state.rocksdb_env import RocksDBEnv
@@ -34,13 +36,39 @@ def window_layout(spec: StoreSpec) -> WindowLayout | None:
     )
 
 
-def open_store(spec: StoreSpec, path: Path, env: RocksDBEnv) -> Store:
-    """Open ``spec``'s store at ``path``.
+class WindowMetrics:
+    """A windowed store's events as the task's metrics (labels task and store)."""
+
+    def __init__(self, metrics: Metrics, task: str, store: str) -> None:
+        self._ranges = metrics.window_expiry_ranges.labels(task=task, store=store)
+        self._writes = metrics.window_expired_writes.labels(task=task, store=store)
+        self._skipped = metrics.window_restore_skipped.labels(task=task, store=store)
+
+    def expiry_range(self) -> None:
+        self._ranges.inc()
+
+    def expired_write(self) -> None:
+        self._writes.inc()
+
+    def restore_skipped(self, records: int) -> None:
+        self._skipped.inc(records)
+
+
+def open_store(
+    spec: StoreSpec,
+    path: Path,
+    env: RocksDBEnv,
+    task: TaskId | None = None,
+    metrics: Metrics | None = None,
+) -> Store:
+    """Open ``spec``'s store at ``path``; a windowed store reports what it drops to
+    ``metrics`` (labelled with ``task``), when given.
 
     Raises: as :meth:`Store.open`.
     """
     layout = window_layout(spec)
     if layout is None:
         return Store.open(path, env, spec.name)
+    events = None if metrics is None else WindowMetrics(metrics, str(task), spec.name)
     kind = SessionStore if layout.segmented else FixedWindowStore
-    return kind.open_windowed(path, env, spec.name, layout)
+    return kind.open_windowed(path, env, spec.name, layout, events)

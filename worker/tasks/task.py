@@ -114,7 +114,9 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = open_store(spec, path, self._ctx.env)
+            self.stores[spec.name] = open_store(
+                spec, path, self._ctx.env, self.id, self._ctx.metrics
+            )
         if self.role is TaskRole.ACTIVE:
             self._graph = self._new_graph()
 

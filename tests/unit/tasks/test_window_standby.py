@@ -58,6 +58,13 @@ def test_a_standby_window_store_stays_bounded_by_retention(ctx: TaskContext) -> 
         # retention 2 minutes in expiry steps of 1 minute: at most 4 starts of 2 keys
         assert len(on_disk) <= 8
         assert store.observed_ms == (minutes - 1) * MINUTE
+        labels = {"task": str(T01), "store": "per-minute"}
+        skipped = ctx.metrics.registry.get_sample_value(
+            "worker_window_restore_skipped_records_total", labels
+        )
+        assert skipped is not None and skipped > 0
+        ranges = ctx.metrics.registry.get_sample_value("worker_window_expiry_ranges_total", labels)
+        assert ranges is not None and ranges > 0
         live = [(w.key, w.start_ms) for w in store.fetch_all_windows(0, minutes * MINUTE)]
         assert live == [
             (key, minute * MINUTE)
