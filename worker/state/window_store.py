@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol, Self, cast
 
 from worker.state.rocksdb_env import RocksDBEnv
-from worker.state.scan import KeyRange, Scan
+from worker.state.scan import KeyRange, Scan, ScanRangeError, check_limit
 from worker.state.store import RestoreBatch, Store
 from worker.state.window_format import (
     EXPIRED_UPTO,
@@ -82,6 +82,18 @@ class WindowLayout:
     def interval_ms(self) -> int:
         """Expiry's step (and the segment length of segmented layouts)."""
         return segment_interval(self.retention_ms)
+
+
+def check_times(from_ms: int, to_ms: int) -> None:
+    """Window times of a read, inclusive at both ends.
+
+    Raises:
+        ScanRangeError: not ints, or ``from_ms > to_ms``.
+    """
+    if type(from_ms) is not int or type(to_ms) is not int:
+        raise ScanRangeError(f"window times must be ints, got {from_ms!r} and {to_ms!r}")
+    if from_ms > to_ms:
+        raise ScanRangeError(f"window time from {from_ms} is after to {to_ms}")
 
 
 class WindowEvents(Protocol):
@@ -308,6 +320,10 @@ class WindowedStore(Store):
         releasing it."""
         return Scan(self._require_open().iter(), _NOTHING_BUFFERED, found)
 
-    def _committed_observed(self) -> int:
-        """The committed observed time (under the close lock: any thread)."""
-        return decode_meta(self._read_committed(OBSERVED_MS), -1)
+    def _committed_bounds(self, from_ms: int, to_ms: int, limit: int | None) -> tuple[int, int]:
+        """``(committed observed time, lowest live time from from_ms)`` of a committed
+        read, its arguments checked. Call with the close lock held."""
+        check_times(from_ms, to_ms)
+        check_limit(limit)
+        observed = decode_meta(self._read_committed(OBSERVED_MS), -1)
+        return observed, max(from_ms, observed - self.layout.retention_ms)

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from worker.clock import MAX_TIME_MS
-from worker.state.scan import ScanRangeError, check_limit
 from worker.state.ttl import RESERVED_PREFIX
 from worker.state.window_format import (
     decode_fixed_key,
@@ -35,16 +34,9 @@ from worker.state.window_format import (
     segment_span,
     segmented_key,
 )
-from worker.state.window_store import StoredWindow, WindowedStore
+from worker.state.window_store import StoredWindow, WindowedStore, check_times
 
 __all__ = ["FixedWindowStore", "SessionStore", "StoredWindow"]
-
-
-def _check_times(from_ms: int, to_ms: int) -> None:
-    if type(from_ms) is not int or type(to_ms) is not int:
-        raise ScanRangeError(f"window times must be ints, got {from_ms!r} and {to_ms!r}")
-    if from_ms > to_ms:
-        raise ScanRangeError(f"window time from {from_ms} is after to {to_ms}")
 
 
 class FixedWindowStore(WindowedStore):
@@ -98,7 +90,7 @@ class FixedWindowStore(WindowedStore):
     def fetch_windows(self, key: bytes, from_ms: int, to_ms: int) -> list[StoredWindow]:
         """``key``'s windows starting in ``[from_ms, to_ms]``, by start: point reads of the
         aligned starts between the live bound and the observed time."""
-        _check_times(from_ms, to_ms)
+        check_times(from_ms, to_ms)
         found: list[StoredWindow] = []
         lo, hi = max(from_ms, self.live_from), min(to_ms, self.observed_ms)
         if lo > hi:
@@ -115,7 +107,7 @@ class FixedWindowStore(WindowedStore):
         """Every key's windows starting in ``[from_ms, to_ms]``, by start then key: one
         ordered scan. A generator holding a RocksDB cursor: exhaust or close it before
         the next commit."""
-        _check_times(from_ms, to_ms)
+        check_times(from_ms, to_ms)
         lo = max(from_ms, self.live_from) if live_only else from_ms
         with self._scan(fixed_time_range(lo, to_ms)) as scan:
             for stored_key, stored in scan:
@@ -128,11 +120,8 @@ class FixedWindowStore(WindowedStore):
         """``(observed time, windows)`` as committed: ``key``'s windows starting in
         ``[from_ms, to_ms]`` (every key's when ``key`` is None), live ones only, at most
         ``limit``. Any thread."""
-        _check_times(from_ms, to_ms)
-        check_limit(limit)
         with self._close_lock:
-            observed = self._committed_observed()
-            lo = max(from_ms, observed - self.layout.retention_ms)
+            observed, lo = self._committed_bounds(from_ms, to_ms, limit)
             found: list[StoredWindow] = []
             if lo > to_ms or limit == 0:
                 return observed, found
@@ -232,7 +221,7 @@ class SessionStore(WindowedStore):
         """Every key's sessions ending in ``[end_from_ms, end_to_ms]``, by segment of
         their end, then key, then end (not globally by time). A generator holding a
         RocksDB cursor: exhaust or close it before the next commit."""
-        _check_times(end_from_ms, end_to_ms)
+        check_times(end_from_ms, end_to_ms)
         lo = max(end_from_ms, self.live_from) if live_only else end_from_ms
         span = segment_span(lo, end_to_ms, self.layout.interval_ms)
         if span is None:
@@ -249,11 +238,8 @@ class SessionStore(WindowedStore):
         """``(observed time, sessions)`` as committed: ``key``'s live sessions ending at
         or after ``from_ms`` and starting at or before ``to_ms``, by end, at most
         ``limit``. Any thread."""
-        _check_times(from_ms, to_ms)
-        check_limit(limit)
         with self._close_lock:
-            observed = self._committed_observed()
-            lo = max(from_ms, observed - self.layout.retention_ms)
+            observed, lo = self._committed_bounds(from_ms, to_ms, limit)
             found: list[StoredWindow] = []
             latest_end = observed + self.layout.max_ahead_ms
             ranges = segment_ranges(key, lo, latest_end, self.layout.interval_ms)
