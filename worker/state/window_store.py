@@ -215,8 +215,8 @@ class WindowedStore(Store):
         a step, the range delete of what expired."""
         if time_ms <= self.observed_ms:
             return
+        self.put(OBSERVED_MS, encode_meta(time_ms))  # first: it refuses an impossible time
         self.observed_ms = time_ms
-        self.put(OBSERVED_MS, encode_meta(time_ms))
         self._expire()
 
     def mark_emitted(self, close_bound: int) -> None:
