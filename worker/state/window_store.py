@@ -128,6 +128,12 @@ class StoredWindow(NamedTuple):
     value: bytes
 
 
+class _RangeBatch(RestoreBatch, Protocol):
+    """``Store.restore_batch``'s batch (a rocksdict WriteBatch) takes range deletes too."""
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None: ...
+
+
 class _Gathered:
     """One fetched batch of changelog records, written at :meth:`WindowedStore.write_restored`
     once the whole batch has advanced the observed time."""
@@ -142,9 +148,6 @@ class _Gathered:
 
     def delete(self, key: bytes) -> None:
         self.records.append((key, None))
-
-    def delete_range(self, lo: bytes, hi: bytes) -> None:
-        raise TypeError("a changelog holds no range deletes")
 
     def len(self) -> int:
         return len(self.records)
@@ -282,7 +285,7 @@ class WindowedStore(Store):
         plan = plan_expiry(
             cutoff, self.expired_upto, layout.interval_ms, segmented=layout.segmented
         )
-        out = super().restore_batch()
+        out = cast(_RangeBatch, super().restore_batch())
         if plan is not None:
             assert plan.range.lo is not None and plan.range.hi is not None
             out.delete_range(plan.range.lo, plan.range.hi)
