@@ -50,7 +50,7 @@ from worker.state.store_format import (
     offset_key,
     scan,
 )
-from worker.state.write_buffer import WriteBuffer
+from worker.state.write_buffer import WriteBuffer, WriteClock
 
 __all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
 
@@ -213,6 +213,14 @@ class Store:
     def pending(self) -> Mapping[bytes, bytes | None]:
         """Read-only live view of the buffer (``None`` = delete)."""
         return self._buffer.entries
+
+    def pending_times(self) -> Mapping[bytes, int]:
+        """Read-only live view of each buffered key's write time (ms), for its changelog."""
+        return self._buffer.times
+
+    def stamp_writes(self, clock: WriteClock) -> None:
+        """Stamp every write from now on with ``clock.timestamp`` (the task's context)."""
+        self._buffer.clock = clock
 
     @property
     def pending_bytes(self) -> int:

@@ -4,6 +4,10 @@ A task owns its directory lock and its open stores from ``open()`` until ``close
 Processing writes go to the stores' write buffers; the commit protocol (run by the task
 manager across all tasks) produces the buffered changes to the changelogs, waits for the
 acks, then writes each store's buffer with its new changelog offset in one atomic batch.
+
+An active task's stream time (the largest record timestamp it processed) is kept by its
+processor context on the per-record path; it is committed as the metadata of the task's
+source offsets and read back with them when the task starts, on whichever owner.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from worker.kafka.collector import RecordCollector
 from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
+from worker.processing import timestamps
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.topology import StoreSpec, Subtopology
@@ -73,6 +78,7 @@ class Task:
         self._consumed: dict[TP, int] = {}
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
+        self._committed_stream_time = -1
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self._last_checkpoint = ctx.clock.monotonic()
@@ -133,7 +139,19 @@ class Task:
         self.failures = ProcessingFailures(
             errors, settings.processing_exception_max_retries, self.log
         )
-        return TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector, errors)
+        extractor = timestamps.resolve(settings.timestamp_extractor)
+        graph = TaskGraph(
+            self.subtopology,
+            str(self.id),
+            self.stores,
+            self._ctx.collector,
+            errors,
+            None if extractor is timestamps.record_time else extractor,
+        )
+        graph.context.stream_time = self._committed_stream_time
+        for store in self.stores.values():
+            store.stamp_writes(graph.context)
+        return graph
 
     @property
     def is_active(self) -> bool:
@@ -162,6 +180,7 @@ class Task:
         self._fsm.log = self.log
         self._consumed.clear()
         self._committed_sources.clear()
+        self._committed_stream_time = -1
         self._produced.clear()
         self.failures = None
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
@@ -207,6 +226,7 @@ class Task:
         finally:
             self._close_stores()
             self._ctx.state_dir.unlock_task(self.id, self)
+            self._ctx.metrics.task_stream_time.remove_task(str(self.id))
             self.transition(TaskState.CLOSED, "clean" if clean else "dirty")
 
     def _close_stores(self) -> None:
@@ -291,6 +311,29 @@ class Task:
                 positions[tp] = stored + 1
         return positions
 
+    @property
+    def stream_time(self) -> int:
+        """The largest record timestamp processed (ms; -1 before any): an active's
+        context's, otherwise the one of its last commit."""
+        graph = self._graph
+        return self._committed_stream_time if graph is None else graph.context.stream_time
+
+    def resume_stream_time(self, metadata: Mapping[TP, str]) -> None:
+        """Resume from the stream time committed with the source offsets (``metadata``,
+        as the group returns it), or from this task's own last commit if that is later."""
+        found = max(map(timestamps.decode_stream_time, metadata.values()), default=-1)
+        self._stream_time_committed(max(found, self._committed_stream_time))
+        if self._graph is not None:
+            self._graph.context.stream_time = self._committed_stream_time
+
+    def offset_metadata(self) -> str:
+        """What to commit with the source offsets: the stream time, Kafka Streams' way."""
+        return timestamps.encode_stream_time(self.stream_time)
+
+    def _stream_time_committed(self, stream_time: int) -> None:
+        self._committed_stream_time = stream_time
+        self._ctx.metrics.task_stream_time.labels(task=str(self.id)).set(stream_time)
+
     def progress(self) -> int:
         """A number that changes whenever the task processes a record (for availability:
         the sum of its consumed offsets, so no counter is kept on the per-record path)."""
@@ -324,7 +367,7 @@ class Task:
             topic, partition = self.changelogs[name]
             pending = store.pending()
             if pending:
-                send(topic, partition, pending.items())
+                send(topic, partition, pending.items(), store.pending_times())
                 self._produced.add((topic, partition))
             sent += len(pending)
         return sent
@@ -355,6 +398,9 @@ class Task:
         }
 
     def mark_sources_committed(self, offsets: Mapping[TP, int]) -> None:
+        """The group committed ``offsets`` (every task's): ours, with our stream time."""
+        if any(tp in offsets for tp in self.source_partitions):
+            self._stream_time_committed(self.stream_time)
         self._committed_sources.update(offsets)
         if self.failures is not None:
             self.failures.forget_committed(offsets)
@@ -381,8 +427,11 @@ class Task:
         self._ctx.metrics.checkpoint_writes.inc()
 
     def discard_uncommitted(self) -> None:
-        """Drop buffered writes and the consumed positions since the last commit."""
+        """Drop buffered writes, the consumed positions and the stream time since the
+        last commit (the records are processed again, from there)."""
         for store in self.stores.values():
             store.discard_pending()
+        if self._graph is not None:
+            self._graph.context.stream_time = self._committed_stream_time
         self._consumed.clear()
         self._produced.clear()
