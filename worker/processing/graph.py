@@ -29,7 +29,13 @@ from worker.processing.context import (
     RecordSink,
 )
 from worker.processing.handlers import BadRecord, RecordErrorHandler
-from worker.processing.timestamps import InvalidTimestamp, TimestampExtractor, check, extract
+from worker.processing.timestamps import (
+    InvalidTimestamp,
+    TimestampExtractor,
+    check,
+    extract,
+    record_time,
+)
 from worker.processing.topology import SinkNode, SourceNode, Subtopology
 from worker.serde import Codec
 
@@ -42,7 +48,8 @@ class TaskGraph:
     ``errors`` decides about records that do not deserialise, are over its
     ``max_record_bytes`` or have an invalid timestamp; without one, their SerdeError
     (or InvalidTimestamp) propagates to the caller. ``extractor`` is a custom
-    ``timestamp.extractor``; None reads the record's own timestamp inline.
+    ``timestamp.extractor``; None (or the default, ``record_time``) reads the record's own
+    timestamp inline.
     """
 
     def __init__(
@@ -78,7 +85,7 @@ class TaskGraph:
             nodes[parent].children = tuple(nodes[name] for name in names)
         self.context.wire(nodes)
         self._errors = errors
-        self._extractor = extractor
+        self._extractor = None if extractor is record_time else extractor
         bound = -1 if errors is None else errors.max_record_bytes
         self._max_bytes = sys.maxsize if bound < 0 else bound
         self._runners: dict[str, Runner] = {

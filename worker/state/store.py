@@ -43,6 +43,7 @@ from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, rocksdb_errors
 from worker.state.store_format import (
     OFFSETS_FAMILY,
+    STREAM_TIME,
     Records,
     encode_offset,
     is_db_file,
@@ -238,10 +239,16 @@ class Store:
 
     def committed_offsets(self) -> dict[tuple[str, int], int]:
         """The changelog offsets stored with the data (a copy)."""
-        return dict(self._offsets)
+        return {tp: offset for tp, offset in self._offsets.items() if tp != STREAM_TIME}
 
-    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
-        """Atomically write the buffer and ``offsets`` (merged over the stored ones).
+    @property
+    def committed_stream_time(self) -> int:
+        """The task's stream time written by the last :meth:`commit` given one (-1: none)."""
+        return self._offsets.get(STREAM_TIME, -1)
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
+        """Atomically write the buffer and ``offsets`` (merged over the stored ones), with
+        the task's ``stream_time`` when it is known (>= 0).
 
         Steps: 1. nothing buffered and no offset changes -> return; 2. one WriteBatch
         holding every buffered put/delete plus the changed offsets; 3. one ``db.write``
@@ -253,6 +260,8 @@ class Store:
         """
         self._require_open()
         changed = self._changed(offsets)
+        if stream_time > self._offsets.get(STREAM_TIME, -1):
+            changed[STREAM_TIME] = stream_time
         if not self._buffer and not changed:
             return
         self._write(self._buffer.entries.items(), changed, self._wal_on)

@@ -5,9 +5,8 @@ Processing writes go to the stores' write buffers; the commit protocol (run by t
 manager across all tasks) produces the buffered changes to the changelogs, waits for the
 acks, then writes each store's buffer with its new changelog offset in one atomic batch.
 
-An active task's stream time (the largest record timestamp it processed) is kept by its
-processor context on the per-record path; it is committed as the metadata of the task's
-source offsets and read back with them when the task starts, on whichever owner.
+An active task's stream time is kept by its processor context; what it committed,
+and resumes from, by :mod:`worker.tasks.stream_time`.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
+from worker.tasks.stream_time import CommittedStreamTime
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Task:
         self._consumed: dict[TP, int] = {}
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
-        self._committed_stream_time = -1
+        self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics)
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self._last_checkpoint = ctx.clock.monotonic()
@@ -140,15 +140,9 @@ class Task:
             errors, settings.processing_exception_max_retries, self.log
         )
         extractor = timestamps.resolve(settings.timestamp_extractor)
-        graph = TaskGraph(
-            self.subtopology,
-            str(self.id),
-            self.stores,
-            self._ctx.collector,
-            errors,
-            None if extractor is timestamps.record_time else extractor,
-        )
-        graph.context.stream_time = self._committed_stream_time
+        sink = self._ctx.collector
+        graph = TaskGraph(self.subtopology, str(self.id), self.stores, sink, errors, extractor)
+        graph.context.stream_time = self._stream_times.value
         for store in self.stores.values():
             store.stamp_writes(graph.context)
         return graph
@@ -180,7 +174,7 @@ class Task:
         self._fsm.log = self.log
         self._consumed.clear()
         self._committed_sources.clear()
-        self._committed_stream_time = -1
+        self._stream_times.forget()
         self._produced.clear()
         self.failures = None
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
@@ -226,7 +220,7 @@ class Task:
         finally:
             self._close_stores()
             self._ctx.state_dir.unlock_task(self.id, self)
-            self._ctx.metrics.task_stream_time.remove_task(str(self.id))
+            self._stream_times.close()
             self.transition(TaskState.CLOSED, "clean" if clean else "dirty")
 
     def _close_stores(self) -> None:
@@ -316,23 +310,19 @@ class Task:
         """The largest record timestamp processed (ms; -1 before any): an active's
         context's, otherwise the one of its last commit."""
         graph = self._graph
-        return self._committed_stream_time if graph is None else graph.context.stream_time
+        return self._stream_times.value if graph is None else graph.context.stream_time
 
     def resume_stream_time(self, metadata: Mapping[TP, str]) -> None:
-        """Resume from the stream time committed with the source offsets (``metadata``,
-        as the group returns it), or from this task's own last commit if that is later."""
-        found = max(map(timestamps.decode_stream_time, metadata.values()), default=-1)
-        self._stream_time_committed(max(found, self._committed_stream_time))
+        """Resume from the latest stream time committed (``metadata``: the group's, of
+        the source offsets; the stores'; this task's own)."""
+        stored = [store.committed_stream_time for store in self.stores.values()]
+        resumed = self._stream_times.resume(metadata.values(), stored)
         if self._graph is not None:
-            self._graph.context.stream_time = self._committed_stream_time
+            self._graph.context.stream_time = resumed
 
     def offset_metadata(self) -> str:
-        """What to commit with the source offsets: the stream time, Kafka Streams' way."""
-        return timestamps.encode_stream_time(self.stream_time)
-
-    def _stream_time_committed(self, stream_time: int) -> None:
-        self._committed_stream_time = stream_time
-        self._ctx.metrics.task_stream_time.labels(task=str(self.id)).set(stream_time)
+        """What to commit with the source offsets: the stream time."""
+        return self._stream_times.metadata(self.stream_time)
 
     def progress(self) -> int:
         """A number that changes whenever the task processes a record (for availability:
@@ -373,13 +363,15 @@ class Task:
         return sent
 
     def commit_stores(self, acked: Mapping[TP, int]) -> None:
-        """Step 3: each store's buffer plus its new changelog offset, one atomic batch.
+        """Step 3: each store's buffer plus its new changelog offset and the task's stream
+        time, one atomic batch.
 
         Only changelogs this task wrote in this commit take an acked offset: an offset
         acknowledged earlier (say, before the task moved away and came back) must never
         overwrite a newer one the store restored since.
         """
         produced, self._produced = self._produced, set()
+        stream_time = self.stream_time
         for name, store in self.stores.items():
             tp = self.changelogs[name]
             if self._specs[name].is_table:
@@ -387,7 +379,7 @@ class Task:
                 offset = self._consumed.get(tp)
             else:
                 offset = acked.get(tp) if tp in produced else None
-            store.commit({tp: offset} if offset is not None else {})
+            store.commit({tp: offset} if offset is not None else {}, stream_time)
 
     def source_offsets_to_commit(self) -> dict[TP, int]:
         """Step 4 input: next offset to consume for every source partition that moved."""
@@ -400,7 +392,7 @@ class Task:
     def mark_sources_committed(self, offsets: Mapping[TP, int]) -> None:
         """The group committed ``offsets`` (every task's): ours, with our stream time."""
         if any(tp in offsets for tp in self.source_partitions):
-            self._stream_time_committed(self.stream_time)
+            self._stream_times.committed(self.stream_time)
         self._committed_sources.update(offsets)
         if self.failures is not None:
             self.failures.forget_committed(offsets)
@@ -432,6 +424,6 @@ class Task:
         for store in self.stores.values():
             store.discard_pending()
         if self._graph is not None:
-            self._graph.context.stream_time = self._committed_stream_time
+            self._graph.context.stream_time = self._stream_times.value
         self._consumed.clear()
         self._produced.clear()
