@@ -75,6 +75,7 @@ class Record(Protocol):
 
 
 _MISSING = object()
+_INHERIT = object()  # the context's headers are the current record's
 
 
 class KeyValueStore:
@@ -224,17 +225,17 @@ class RecordSink(Protocol):
 class ProcessorContext:
     """Per-task context handed to every processor call.
 
-    Five slots belong to the task graph, its only writer (plain attributes, not setters:
+    These belong to the task graph, their only writer (plain attributes, not setters:
     it writes them once per record and once per node called); processors only read them:
 
     ``timestamp``
         The current record's timestamp in ms, as the configured extractor gave it (or
         what ``forward(timestamp=)`` set for the children it calls). In a punctuation,
         the punctuation time. Stores stamp their changelog records with it.
-    ``headers``
-        The current record's headers: a list of (str, bytes), or None. Shared with every
-        output that inherits them, so never mutate it: pass ``forward(headers=)`` a new
-        list instead.
+    ``headers`` (a property: read from the record only when asked, as ``topic`` is)
+        The current record's headers: a list of (str, bytes), or None (or what
+        ``forward(headers=)`` set for the children it calls). Shared with every output
+        that inherits them, so never mutate it: pass ``forward(headers=)`` a new list.
     ``stream_time``
         The task's stream time: the largest timestamp it has processed (this record's
         included), -1 before the first; it never decreases, and a task resumes with the
@@ -255,8 +256,8 @@ class ProcessorContext:
         "current_record",
         "current_node",
         "timestamp",
-        "headers",
         "stream_time",
+        "_headers",
         "_nodes",
     )
 
@@ -265,8 +266,8 @@ class ProcessorContext:
         self.current_record: Record = _NO_RECORD
         self.current_node = Node("", {})
         self.timestamp = -1
-        self.headers: list[tuple[str, bytes]] | None = None
         self.stream_time = -1
+        self._headers: Any = _INHERIT  # forward(headers=)'s, while its children run
         self._nodes: dict[str, Node] = {}
 
     def wire(self, nodes: Mapping[str, Node]) -> None:
@@ -286,6 +287,11 @@ class ProcessorContext:
     def offset(self) -> int:
         offset = self.current_record.offset()
         return -1 if offset is None else offset
+
+    @property
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        headers = self._headers
+        return self.current_record.headers() if headers is _INHERIT else headers
 
     def store(self, name: str) -> KeyValueStore:
         """The store ``name``, if the current processor declared it."""
@@ -348,15 +354,15 @@ class ProcessorContext:
         headers: list[tuple[str, bytes]] | None,
     ) -> None:
         """``forward`` with a timestamp or headers of the output's own."""
-        saved = self.timestamp, self.headers
+        saved = self.timestamp, self._headers
         if timestamp is not None:
             self.timestamp = check_timestamp(timestamp)
         if headers is not None:
-            self.headers = headers
+            self._headers = headers
         try:
             self.forward(key, value, to)
         finally:
-            self.timestamp, self.headers = saved
+            self.timestamp, self._headers = saved
 
 
 class _NoRecord:

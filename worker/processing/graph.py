@@ -4,10 +4,11 @@ Built once per task. The per-record path (issues 8 and 14) is one closure per so
 fetched once per run of records from one partition (:meth:`TaskGraph.runner`) and called
 with the consumer's own ``Message`` (it already has the methods of :class:`Record`): a
 size check, the record's timestamp (its own, read once, unless a custom extractor is
-configured), headers and stream time set on the context, the two deserialisations as the C functions behind the built-in serdes
-(inline, with everything but the common case handed to ``worker.serde.Codec``), and
-direct calls down the graph, with no allocation beyond what the user's code does.
-Record metadata is read from the record itself only when a processor asks for it. Bad
+configured) and the stream time set on the context, the two deserialisations as the C
+functions behind the built-in serdes (inline, with everything but the common case handed
+to ``worker.serde.Codec``), and direct calls down the graph, with no allocation beyond
+what the user's code does. Record metadata (headers included) is read from the record
+itself only when a processor or a sink asks for it. Bad
 input leaves that path only when it happens: the ``try`` around the deserialisation
 costs nothing until something raises.
 """
@@ -96,7 +97,7 @@ class TaskGraph:
         """The function that runs one record of ``topic`` through the graph; the task
         calls it for each record of a run.
 
-        It sets the context's timestamp, headers and stream time, deserialises the record
+        It sets the context's timestamp and stream time, deserialises the record
         and passes it down the graph. A record over the size bound, with an invalid
         timestamp, or whose key or value does not deserialise, goes to the error handler:
         ``fail`` raises RecordFailed, the other policies skip it and return. An error
@@ -137,7 +138,6 @@ class TaskGraph:
             ctx.timestamp = timestamp
             if timestamp > ctx.stream_time:
                 ctx.stream_time = timestamp
-            ctx.headers = record.headers()
             if table is not None:
                 if key is None:
                     return  # a table cannot hold a null key; Kafka Streams drops these records
