@@ -31,9 +31,9 @@ from worker.processing.context import (
 )
 from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.timestamps import (
+    NEGATIVE,
     InvalidTimestamp,
     TimestampExtractor,
-    check,
     extract,
     record_time,
 )
@@ -116,6 +116,11 @@ class TaskGraph:
         children = node.children
         table = None if source.table_store is None else self._raw[source.table_store]
 
+        def reject(record: Record, exc: InvalidTimestamp) -> None:
+            if errors is None:
+                raise exc
+            errors.invalid_timestamp(BadRecord.of(record), exc)
+
         def run(record: Record) -> None:
             ctx.current_record = record
             key = record.key()
@@ -123,21 +128,22 @@ class TaskGraph:
             if (len(key) if key else 0) + (len(value) if value else 0) > max_bytes:
                 errors.too_large(BadRecord.of(record))  # type: ignore[union-attr]
                 return
-            try:
-                if extractor is None:
-                    timestamp = record.timestamp()[1]
-                    if timestamp < 0:
-                        check(timestamp)
-                else:
+            if extractor is None:
+                timestamp = record.timestamp()[1]
+            else:
+                try:
                     timestamp = extract(extractor, record, ctx.stream_time)
-            except InvalidTimestamp as exc:
-                if errors is None:
-                    raise
-                errors.invalid_timestamp(BadRecord.of(record), exc)
-                return
-            ctx.timestamp = timestamp
+                except InvalidTimestamp as exc:
+                    reject(record, exc)
+                    return
+            # One comparison for the common case: stream time is >= -1, so a timestamp
+            # above it is valid; only one that is not needs the sign check.
             if timestamp > ctx.stream_time:
                 ctx.stream_time = timestamp
+            elif timestamp < 0:
+                reject(record, InvalidTimestamp(timestamp, NEGATIVE))
+                return
+            ctx.timestamp = timestamp
             if table is not None:
                 if key is None:
                     return  # a table cannot hold a null key; Kafka Streams drops these records

@@ -31,6 +31,7 @@ from worker.errors import ConfigError, WorkerError
 SETTING = "timestamp.extractor"
 RECORD_TIME = "record"  # the setting's default: the Kafka record's timestamp
 INVALID_TIMESTAMP = "invalid_timestamp"  # the bad-record reason (metric label, DLQ header)
+NEGATIVE = "must be >= 0 (ms since the epoch)"
 
 # (record, stream_time_ms) -> ms. The record is a worker.processing.context.Record, named
 # Any here because the context imports this module (it checks forwarded timestamps).
@@ -100,7 +101,7 @@ def check(timestamp: object) -> int:
             timestamp, f"must be int milliseconds, got {type(timestamp).__name__}"
         )
     if timestamp < 0:
-        raise InvalidTimestamp(timestamp, "must be >= 0 (ms since the epoch)")
+        raise InvalidTimestamp(timestamp, NEGATIVE)
     return timestamp
 
 
