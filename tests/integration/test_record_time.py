@@ -148,13 +148,17 @@ def test_a_restarted_task_resumes_with_the_stream_time_of_its_last_commit(
     assert second.terminate() == 0
 
 
-POLICY_SETTINGS = {
-    "timestamp.extractor": EXTRACTOR,
-    "processing.guarantee": "exactly_once_v2",
-}
-
-
-def produce_with_an_invalid_timestamp(topics: Topics) -> None:
+def start_with_an_invalid_timestamp(
+    worker_factory: Any, topics: Topics, policy: str
+) -> WorkerProcess:
+    """A worker under exactly-once taking the time from a ``ts`` header, with ``policy``
+    for bad records, given three records: the middle one's timestamp is -5."""
+    settings = {
+        "timestamp.extractor": EXTRACTOR,
+        "processing.guarantee": "exactly_once_v2",
+        "default.deserialization.exception.handler": policy,
+    }
+    worker = start(worker_factory, topics, "w", settings)
     topics.produce(
         [
             ("k", "before", 1_000, None),
@@ -162,19 +166,13 @@ def produce_with_an_invalid_timestamp(topics: Topics) -> None:
             ("k", "after", 3_000, None),
         ]
     )
+    return worker
 
 
 def test_an_invalid_timestamp_under_fail_stops_the_worker_naming_the_record(
     worker_factory: Any, topics: Topics
 ) -> None:
-    worker = start(
-        worker_factory,
-        topics,
-        "w",
-        {**POLICY_SETTINGS, "default.deserialization.exception.handler": "fail"},
-    )
-
-    produce_with_an_invalid_timestamp(topics)
+    worker = start_with_an_invalid_timestamp(worker_factory, topics, "fail")
 
     assert worker.wait_exit(60) == 1
     (line,) = [line for line in worker.logs().splitlines() if line.startswith("error:")]
@@ -185,14 +183,7 @@ def test_an_invalid_timestamp_under_fail_stops_the_worker_naming_the_record(
 def test_an_invalid_timestamp_under_log_and_continue_is_skipped_and_counted(
     worker_factory: Any, topics: Topics
 ) -> None:
-    worker = start(
-        worker_factory,
-        topics,
-        "w",
-        {**POLICY_SETTINGS, "default.deserialization.exception.handler": "log_and_continue"},
-    )
-
-    produce_with_an_invalid_timestamp(topics)
+    worker = start_with_an_invalid_timestamp(worker_factory, topics, "log_and_continue")
 
     assert [value for _, value, *_ in topics.wait_outputs(2)] == ["before|1000", "after|3000"]
     worker.wait_for_metric(
@@ -204,14 +195,7 @@ def test_an_invalid_timestamp_under_log_and_continue_is_skipped_and_counted(
 def test_an_invalid_timestamp_under_dead_letter_goes_to_the_dlq_once(
     worker_factory: Any, topics: Topics
 ) -> None:
-    worker = start(
-        worker_factory,
-        topics,
-        "w",
-        {**POLICY_SETTINGS, "default.deserialization.exception.handler": "dead_letter"},
-    )
-
-    produce_with_an_invalid_timestamp(topics)
+    worker = start_with_an_invalid_timestamp(worker_factory, topics, "dead_letter")
 
     assert [value for _, value, *_ in topics.wait_outputs(2)] == ["before|1000", "after|3000"]
     dlq = f"{worker_factory.application_id}-dlq"
