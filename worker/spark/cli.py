@@ -66,6 +66,14 @@ def _common(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--create", is_flag=True, help="Create the topic (compacted) if missing."),
         click.option(
+            "--mode",
+            type=click.Choice(["snapshot", "upsert"]),
+            default="snapshot",
+            show_default=True,
+            help="snapshot: the input is the whole table (changed rows upserted, vanished keys"
+            " deleted, unchanged rows not written); upsert: write every row, delete nothing.",
+        ),
+        click.option(
             "--master",
             default=DEFAULT_MASTER,
             show_default=True,
@@ -122,6 +130,7 @@ def account_profiles(
             partitions=common["partitions"],
             co_partition_with=topics,
             create=common["create"],
+            mode=common["mode"],
             progress=_progress,
         )
 
@@ -179,6 +188,7 @@ def table(
             co_partition_with=co_partition_with,
             create=common["create"],
             check_unique_keys=not allow_duplicate_keys,
+            mode=common["mode"],
             progress=_progress,
         )
 
@@ -230,7 +240,7 @@ def _run(
             spark_session.stop()
     click.echo(
         f"loaded {result.rows} rows into {result.target.topic}"
-        f" ({result.summary.describe()}) in {result.seconds:.1f}s,"
+        f" ({result.describe()}) in {result.seconds:.1f}s,"
         f" {result.rows_per_second:,.0f} rows/s"
     )
 
