@@ -10,7 +10,7 @@ of the table. A null value (a tombstone) deletes its key.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +47,35 @@ def read_table_partition(
 ) -> PartitionContent:
     """The committed content of ``topic[partition]`` from its start to its current end.
 
-    ``limit`` stops after that many records (a sample). Raises LoadFailed if the broker
-    reports an error, or nothing arrives for ``idle_timeout`` seconds before the end.
+    ``limit`` stops after that many records (a sample). Raises as :func:`committed_records`.
+    """
+    content = PartitionContent()
+    rows = content.rows
+    for key, value in committed_records(
+        config, topic, partition, idle_timeout=idle_timeout, limit=limit
+    ):
+        content.records += 1
+        if key is None:  # not a table record: no key to look it up by
+            continue
+        if value is None:
+            rows.pop(key, None)
+        else:
+            rows[key] = value
+    return content
+
+
+def committed_records(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    *,
+    idle_timeout: float = 60.0,
+    limit: int | None = None,
+) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Every committed (key, value) of ``topic[partition]``, in order, up to its current end.
+
+    Raises LoadFailed if the broker reports an error, or nothing arrives for
+    ``idle_timeout`` seconds before the end.
     """
     consumer = ck.Consumer(
         {
@@ -58,37 +85,31 @@ def read_table_partition(
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
             "fetch.queue.backoff.ms": 10,
+            # The end shows as an empty fetch, which the broker would hold this long.
+            "fetch.wait.max.ms": 50,
         }
     )
-    content = PartitionContent()
-    rows = content.rows
+    read = 0
     try:
         consumer.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
         deadline = time.monotonic() + idle_timeout
-        while limit is None or content.records < limit:
+        while limit is None or read < limit:
             messages = consumer.consume(10000, 0.5)
             if not messages and time.monotonic() > deadline:
                 raise LoadFailed(
                     f"reading {topic}[{partition}]: nothing arrived for {idle_timeout:.0f}s"
-                    f" after {content.records} records; is the broker reachable?"
+                    f" after {read} records; is the broker reachable?"
                 )
             for msg in messages:
                 err = msg.error()
                 if err is not None:
                     if is_partition_eof(err):
-                        return content
+                        return
                     raise LoadFailed(f"reading {topic}[{partition}]: {err}")
-                content.records += 1
-                key, value = msg.key(), msg.value()
-                if key is None:  # not a table record: no key to look it up by
-                    continue
-                if value is None:
-                    rows.pop(key, None)
-                else:
-                    rows[key] = value
+                read += 1
+                yield msg.key(), msg.value()
             if messages:
                 deadline = time.monotonic() + idle_timeout
-        return content
     finally:
         consumer.close()
 

@@ -18,6 +18,7 @@ in as a plain librdkafka config dict (:func:`writer_config`), which pickles.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,3 +302,36 @@ def write_transactions(
     if not summary.ok:
         raise TableWriteFailed(topic, summary)
     return summary
+
+
+def fence_partitions(
+    config: Mapping[str, Any],
+    topic: str,
+    partitions: Iterable[int],
+    timeout: float = 60.0,
+    *,
+    producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
+) -> None:
+    """Fence the load writers of ``partitions`` without writing: aborts what a killed load
+    left open there, which would otherwise hold back every read_committed reader of the
+    partition (the workers) until the broker's transaction timeout.
+
+    Raises LoadFailed naming the partition whose writer could not be fenced.
+    """
+
+    def fence(partition: int) -> None:
+        txn = {**config, "transactional.id": transactional_id(topic, partition)}
+        producer = producer_factory(txn)
+        try:
+            producer.init_transactions(timeout)
+        except ck.KafkaException as exc:
+            raise LoadFailed(
+                f"fencing the load writer of {topic}[{partition}]: {exc.args[0]}"
+            ) from None
+        finally:
+            producer.flush(0)
+
+    wanted = list(partitions)
+    if wanted:
+        with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
+            list(pool.map(fence, wanted))

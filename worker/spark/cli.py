@@ -32,7 +32,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_REJECTED = 1, 2, 3
 _SUBMIT_ENTRY = Path(__file__).with_name("submit.py")
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
@@ -167,7 +167,7 @@ def table(
 ) -> None:
     """Any table: one row per key from Parquet, CSV or JSON files."""
     if (value_column is None) == (value_columns is None):
-        _fail("give exactly one of --value-column and --value-columns", EXIT_USAGE)
+        fail("give exactly one of --value-column and --value-columns", EXIT_USAGE)
     value: str | list[str] = value_column or [
         c.strip() for c in (value_columns or "").split(",") if c.strip()
     ]
@@ -209,7 +209,7 @@ def _run(
     try:
         settings = load(common["config"], parse_assignments(list(common["sets"]))).settings
     except ConfigError as exc:
-        _fail(str(exc), EXIT_USAGE)
+        fail(str(exc), EXIT_USAGE)
     if common["print_submit"]:
         click.echo(submit_command(click.get_current_context(), common["master"]))
         return
@@ -232,9 +232,9 @@ def _run(
         spark_session = session(common["master"], f"worker-load-{topic}")
         result = job(spark_session, settings)
     except LoadRejected as exc:
-        _fail(f"load rejected, nothing written: {exc}", EXIT_REJECTED)
+        fail(f"load rejected, nothing written: {exc}", EXIT_REJECTED)
     except WorkerError as exc:  # LoadIncomplete, KafkaUnavailable, SparkUnavailable
-        _fail(str(exc), EXIT_FAILED)
+        fail(str(exc), EXIT_FAILED)
     finally:
         if spark_session is not None:
             spark_session.stop()
@@ -289,3 +289,13 @@ def replay_options(ctx: click.Context) -> list[str]:
         else:
             args += [flag, str(Path(value).resolve()) if param.name == "config" else str(value)]
     return args
+
+
+def _add_jobs() -> None:
+    from worker.spark import cli_jobs  # imports this module: add its commands once it is whole
+
+    for command in cli_jobs.COMMANDS:
+        spark.add_command(command)
+
+
+_add_jobs()

@@ -16,8 +16,9 @@ Each Kafka partition is one Spark input partition, read by an executor with
   ``application.id``) to read a store's changelog with the store's serdes;
 - ``keySerde`` / ``valueSerde`` (``str``, ``bytes``, ``json``; defaults: the store's, or
   ``str`` / ``json``), ``keyColumn`` (``key``), ``raw`` (``true``: undecoded
-  ``partition, key, value`` binary columns), ``sampleSize`` (records sampled to infer a
-  schema when none is given);
+  ``partition, key, value`` binary columns), ``latest`` (``false``: every committed
+  record in order instead of the latest per key, for stream topics), ``sampleSize``
+  (records sampled to infer a schema when none is given);
 - ``bootstrap.servers`` and ``kafka.<librdkafka setting>`` for the clients.
 
 Writing takes encoded ``partition, key, value`` rows (``worker.spark.load`` encodes them
@@ -29,7 +30,7 @@ committed nothing, and its retry fences it by the partition's transactional id.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -43,7 +44,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from worker.config import Settings, load
-from worker.kafka.table_reader import partition_count, read_table_partition, reader_config
+from worker.kafka.table_reader import (
+    committed_records,
+    partition_count,
+    read_table_partition,
+    reader_config,
+)
 from worker.kafka.table_writer import WriteSummary, write_transactions, writer_config
 from worker.serde import Serde, by_name
 from worker.spark.decoding import RAW_FIELDS, RowDecoder, ddl, infer_fields
@@ -115,6 +121,7 @@ class WorkerTopics(DataSource):
         )
         self.key_column = options.get("keyColumn", "key")
         self.raw = options.get("raw", "false").lower() == "true"
+        self.latest = options.get("latest", "true").lower() == "true"
         self.sample_size = int(options.get("sampleSize", "1000"))
         self.idle_timeout = float(options.get("idleTimeout", "60"))
 
@@ -132,7 +139,7 @@ class WorkerTopics(DataSource):
     def schema(self) -> str:
         if self.raw:
             return ddl(RAW_FIELDS)
-        sample = []
+        sample: list[tuple[bytes, bytes]] = []
         for partition in range(self.partitions()):
             left = self.sample_size - len(sample)
             if left <= 0:
@@ -150,7 +157,9 @@ class WorkerTopics(DataSource):
             decoder = RowDecoder.for_schema(fields, self.key_serde, self.value_serde)
         elif fields != RAW_FIELDS:
             raise SchemaMismatch(f"raw reads have the schema {ddl(RAW_FIELDS)}")
-        return TopicReader(self.config, self.topic, self.partitions(), decoder, self.idle_timeout)
+        return TopicReader(
+            self.config, self.topic, self.partitions(), decoder, self.idle_timeout, self.latest
+        )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         fields = {f.name: f.dataType.simpleString() for f in schema.fields}
@@ -178,24 +187,33 @@ class TopicReader(DataSourceReader):
         count: int,
         decoder: RowDecoder | None,
         idle_timeout: float,
+        latest: bool = True,
     ) -> None:
         self.config, self.topic, self.count = config, topic, count
-        self.decoder, self.idle_timeout = decoder, idle_timeout
+        self.decoder, self.idle_timeout, self.latest = decoder, idle_timeout, latest
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(p) for p in range(self.count)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         index = int(partition.value)
-        content = read_table_partition(
-            self.config, self.topic, index, idle_timeout=self.idle_timeout
-        )
+        records: Iterable[tuple[Any, Any]]
+        if self.latest:
+            content = read_table_partition(
+                self.config, self.topic, index, idle_timeout=self.idle_timeout
+            )
+            records = content.rows.items()
+        else:
+            every = committed_records(
+                self.config, self.topic, index, idle_timeout=self.idle_timeout
+            )
+            records = ((k, v) for k, v in every if k is not None)
         if self.decoder is None:
-            for key, value in content.rows.items():
+            for key, value in records:
                 yield index, key, value
             return
         decode = self.decoder.decode
-        for key, value in content.rows.items():
+        for key, value in records:
             yield decode(key, value)
 
 

@@ -161,11 +161,13 @@ class RowDecoder:
         """True when the value is one ``value`` column rather than an object's fields."""
         return len(self.fields) == 2 and self.fields[1][0] == "value"
 
-    def decode(self, key: bytes, value: bytes) -> tuple[Any, ...]:
+    def decode(self, key: bytes, value: bytes | None) -> tuple[Any, ...]:
         """The row of one record. Raises SchemaMismatch (see the module doc)."""
         (key_column, key_kind), *columns = self.fields
         plain_key = _decode(self.key_serde, key, "key", key)
         row = [_convert(key_kind, plain_key, key_column, plain_key)]
+        if value is None:  # a tombstone, read as a record: the key alone
+            return (*row, *(None for _ in columns))
         decoded = _decode(self.value_serde, value, "value", key)
         if self.scalar:
             row.append(_convert(columns[0][1], decoded, "value", plain_key))

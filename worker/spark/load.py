@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from worker.config import Settings
 from worker.kafka.clients import Admin
-from worker.kafka.table_writer import WriteSummary
+from worker.kafka.table_writer import WriteSummary, fence_partitions, writer_config
 from worker.serde import Serde
 from worker.spark.datasource import FORMAT, register, source_options
 from worker.spark.encoding import TableEncoder, ValueSpec, check_columns, resolve_serde
@@ -109,6 +109,7 @@ def load_table(
     create: bool = False,
     check_unique_keys: bool = True,
     write_timeout: float = 180.0,
+    transaction_timeout_ms: int = 300_000,
     admin: TopicAdmin | None = None,
     progress: Progress = quiet,
 ) -> LoadResult:
@@ -160,7 +161,11 @@ def load_table(
             f"{topic}: writing {total - deletes} upserts and {deletes} deletes"
             f" ({mode}) in {len(counts)} partition transactions"
         )
-        _write(spark, changes, options, write_timeout, progress, total)  # step 7
+        options |= {
+            "timeout": str(write_timeout),
+            "transactionTimeoutMs": str(transaction_timeout_ms),
+        }
+        _write(spark, changes, settings, options, target.partitions, counts, progress)
         write_seconds = time.monotonic() - written
     finally:
         encoded.unpersist()
@@ -265,18 +270,27 @@ def _counts(changes: Any) -> dict[int, tuple[int, int]]:
 def _write(
     spark: SparkSession,
     changes: Any,
+    settings: Settings,
     options: dict[str, str],
-    timeout: float,
+    count: int,
+    counts: dict[int, tuple[int, int]],
     progress: Progress,
-    total: int,
 ) -> None:
-    """Step 7: raise LoadIncomplete if any partition's transaction did not commit."""
+    """Step 7: raise LoadIncomplete if any partition's transaction did not commit.
+
+    Partitions without changes get no writer, so their load writers are fenced here: a
+    transaction a killed load left open on one would hold back the workers reading it
+    until the broker's transaction timeout.
+    """
+    topic = options["topic"]
+    idle = [p for p in range(count) if not counts.get(p, (0, 0))[0]]
+    fence_partitions(writer_config(settings), topic, idle)
+    total = sum(n for n, _ in counts.values())
     if total == 0:
         return
-    topic = options["topic"]
     started = time.monotonic()
     frame = spark.createDataFrame(changes, _CHANGES)
-    writer = frame.write.format(FORMAT).options(**options, timeout=str(timeout)).mode("append")
+    writer = frame.write.format(FORMAT).options(**options).mode("append")
     with job_progress(SparkContext.getOrCreate(), f"write {topic}", progress):
         try:
             writer.save()
