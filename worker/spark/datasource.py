@@ -133,7 +133,14 @@ class WorkerTopics(DataSource):
         """The topic's partition count; TableNotFound if it does not exist."""
         count = partition_count(self.config, self.topic)
         if count is None:
-            raise TableNotFound(f"topic {self.topic!r} does not exist")
+            what = f"topic {self.topic!r}"
+            if "store" in self.options:
+                what = (
+                    f"the changelog of store {self.options['store']!r}, {what}, under"
+                    f" application.id {self.options.get('application.id', 'default')!r}"
+                    " (is that the workers' application.id?),"
+                )
+            raise TableNotFound(f"{what} does not exist")
         return count
 
     def schema(self) -> str:
