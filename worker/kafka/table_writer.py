@@ -256,6 +256,16 @@ def transactional_id(topic: str, partition: int) -> str:
     return f"worker-table-load.{topic}.{partition}"
 
 
+def _transactional(
+    config: Mapping[str, Any], topic: str, partition: int, timeout_ms: int
+) -> dict[str, Any]:
+    return {
+        **config,
+        "transactional.id": transactional_id(topic, partition),
+        "transaction.timeout.ms": timeout_ms,
+    }
+
+
 def write_transactions(
     config: Mapping[str, Any],
     topic: str,
@@ -280,11 +290,7 @@ def write_transactions(
         for partition, key, value in records:
             writer = writers.get(partition)
             if writer is None:
-                txn = {
-                    **config,
-                    "transactional.id": transactional_id(topic, partition),
-                    "transaction.timeout.ms": transaction_timeout_ms,
-                }
+                txn = _transactional(config, topic, partition, transaction_timeout_ms)
                 writer = TableWriter(txn, topic, num_partitions, producer_factory=producer_factory)
                 writers[partition] = writer
             if not writer.write(partition, key, value):
@@ -310,6 +316,7 @@ def fence_partitions(
     partitions: Iterable[int],
     timeout: float = 60.0,
     *,
+    transaction_timeout_ms: int = 900_000,
     producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
 ) -> None:
     """Fence the load writers of ``partitions`` without writing: aborts what a killed load
@@ -320,8 +327,9 @@ def fence_partitions(
     """
 
     def fence(partition: int) -> None:
-        txn = {**config, "transactional.id": transactional_id(topic, partition)}
-        producer = producer_factory(txn)
+        producer = producer_factory(
+            _transactional(config, topic, partition, transaction_timeout_ms)
+        )
         try:
             producer.init_transactions(timeout)
         except ck.KafkaException as exc:

@@ -284,7 +284,10 @@ def _write(
     """
     topic = options["topic"]
     idle = [p for p in range(count) if not counts.get(p, (0, 0))[0]]
-    fence_partitions(writer_config(settings), topic, idle)
+    transaction_timeout_ms = int(options["transactionTimeoutMs"])
+    fence_partitions(
+        writer_config(settings), topic, idle, transaction_timeout_ms=transaction_timeout_ms
+    )
     total = sum(n for n, _ in counts.values())
     if total == 0:
         return

@@ -8,7 +8,12 @@ import confluent_kafka as ck
 import pytest
 
 from tests.unit.spark.test_table_writer import FakeProducer
-from worker.kafka.table_writer import TableWriteFailed, transactional_id, write_transactions
+from worker.kafka.table_writer import (
+    TableWriteFailed,
+    fence_partitions,
+    transactional_id,
+    write_transactions,
+)
 
 
 class TxnProducer(FakeProducer):
@@ -94,3 +99,18 @@ def test_an_exception_from_the_input_aborts_what_was_written():
         write_transactions({}, "t", 2, records(), producer_factory=make)
 
     assert made[transactional_id("t", 0)].calls[-1] == "abort"
+
+
+def test_fencing_starts_each_idle_partitions_writer_without_writing():
+    made: dict[str, TxnProducer] = {}
+
+    def make(config: dict[str, Any]) -> TxnProducer:
+        made[config["transactional.id"]] = TxnProducer(config)
+        return made[config["transactional.id"]]
+
+    fence_partitions({"message.timeout.ms": 120_000}, "t", [1, 3], producer_factory=make)
+
+    assert set(made) == {transactional_id("t", 1), transactional_id("t", 3)}
+    for producer in made.values():
+        assert producer.calls == ["init"] and producer.produced == []
+        assert producer.config["transaction.timeout.ms"] >= producer.config["message.timeout.ms"]
