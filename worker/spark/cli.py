@@ -1,15 +1,16 @@
-"""``worker spark``: run the table loaders, in local mode or through spark-submit.
+"""``worker spark``: the table loaders, in local mode or through spark-submit.
 
     worker spark load account-profiles --input history/
     worker spark load table --input users.parquet --topic users --key-column id \\
-        --value-columns name,email --partitions 8 --create
+        --value-columns name,email --partitions 8 --create --mode upsert
     worker spark load account-profiles --input hdfs:///history --master yarn --print-submit
 
-pyspark is imported only when a load runs, so the worker runs without the spark extra.
-Progress goes to stderr; the final counts to stdout. Exit codes: 0 every row
-acknowledged; 1 the load failed while writing (the message says exactly how many rows
-were acknowledged, per partition), or Spark, Java or the broker is unavailable; 2 bad
-configuration or usage; 3 the load was rejected by its checks and nothing was written.
+``export``, ``reconcile`` and ``submit`` live in ``worker.spark.cli_jobs`` and join the
+group here. pyspark is imported only when a job runs, so the worker runs without the
+spark extra. Progress goes to stderr; the final counts to stdout. Exit codes: 0 every
+change committed; 1 the load failed while writing (a partition's transaction did not
+commit), or Spark, Java or the broker is unavailable; 2 bad configuration or usage; 3
+the load was rejected by its checks and nothing was written.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def _common(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group()
 def spark() -> None:
-    """Spark batch jobs that load tables (the spark extra: pyspark, Java 17)."""
+    """Spark jobs: load tables, export and reconcile state, run on a cluster (the spark
+    extra: pyspark, pyarrow, Java 17)."""
 
 
 @spark.group("load")
