@@ -34,6 +34,7 @@ from worker.serde import JSON, STR
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (make install has it)")
 
+from worker.spark.errors import LoadRejected, SchemaMismatch, TableNotFound  # noqa: E402
 from worker.spark.export import (  # noqa: E402
     export_store,
     read_topic,
@@ -41,6 +42,7 @@ from worker.spark.export import (  # noqa: E402
     reconcile_account_totals,
 )
 from worker.spark.load import load_table  # noqa: E402
+from worker.spark.progress import worker_error  # noqa: E402
 from worker.spark.session import session  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -94,7 +96,7 @@ def serves(worker: WorkerProcess, store: str, expected: dict[str, Any]) -> bool:
     return True
 
 
-@pytest.mark.duration(60)
+@pytest.mark.duration(100)
 def test_snapshots_reach_the_workers_and_exports_equal_what_they_serve(
     spark, own_broker, worker_factory, tmp_path
 ):
@@ -159,16 +161,32 @@ def test_reconciliation_names_the_keys_that_differ(spark):
     assert ("b", {"count": 1, "sum_cents": 5}, {"count": 1, "sum_cents": 6}) in result.examples
 
 
-def test_reading_with_a_serde_that_does_not_match_the_table_fails_clearly(spark, bootstrap):
+def test_a_serde_that_does_not_match_the_table_fails_reads_and_snapshot_loads_clearly(
+    spark, bootstrap
+):
     settings = settings_for(bootstrap)
     topic = f"state-{os.urandom(4).hex()}"
     Admin(settings).create_topics([TopicSpec(topic, 2, {"cleanup.policy": "compact"})])
     produce_records(settings, topic, [("a", "not json")], STR, STR)
+    rows = spark.createDataFrame([("a", 1)], "k STRING, n LONG")
 
     with pytest.raises(Exception) as failed:
         read_topic(spark, topic, settings, value_serde="json").collect()
+    with pytest.raises(LoadRejected, match="that the json value serde cannot read"):
+        load_table(rows, topic, "k", ["n"], settings)
 
-    assert "does not decode with the json serde" in str(failed.value)
+    error = worker_error(failed.value)
+    assert isinstance(error, SchemaMismatch), failed.value
+    assert "the value of key b'a' does not decode with the json serde" in str(error)
+
+
+def test_reading_a_topic_that_does_not_exist_names_it(spark, bootstrap):
+    with pytest.raises(Exception) as failed:
+        read_topic(spark, "no-such-topic", settings_for(bootstrap))
+
+    error = worker_error(failed.value)
+    assert isinstance(error, TableNotFound), failed.value
+    assert str(error) == "topic 'no-such-topic' does not exist"
 
 
 # -- a load killed half-way ------------------------------------------------------------------
@@ -202,7 +220,7 @@ def committed(direct: str, topic: str) -> list[dict[bytes, bytes]]:
     return tables
 
 
-@pytest.mark.duration(70)
+@pytest.mark.duration(90)
 def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_or_the_new(
     spark, proxied, tmp_path
 ):
@@ -218,6 +236,9 @@ def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_o
     data.write_bytes(
         b"\n".join(orjson.dumps({"k": f"k{i}", "v": "new" * 60}) for i in range(KILLED_ROWS))
     )
+    # A slow network: seconds pass between a partition's first records reaching the
+    # broker and its commit, so the blackhole below catches partitions half-written.
+    proxy.latency = 0.05
     load = subprocess.Popen(
         [
             sys.executable, "-m", "worker", "spark", "load", "table", "--input", str(data),
@@ -241,6 +262,7 @@ def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_o
         if load.poll() is None:
             os.killpg(load.pid, signal.SIGKILL)
             load.wait(30)
+        proxy.latency = 0.0
         proxy.restore()
 
     after = committed(direct, topic)
@@ -253,12 +275,14 @@ def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_o
     half_written = [p for p in kept_previous if high_watermark(direct, topic, p, ends[p]) > ends[p]]
     assert half_written, "a partition holds uncommitted records of the killed load"
 
+    # Run again. In upsert mode: the test broker, unlike Kafka, serves the killed load's
+    # records to read_committed readers once it aborted them (platform-facts.md), so a
+    # snapshot's comparison would take them for present here.
     new = spark.read.json(str(data), schema="k STRING, v STRING")
-    rerun = load_table(new, topic, "k", "v", settings, value_serde="str")
+    rerun = load_table(new, topic, "k", "v", settings, value_serde="str", mode="upsert")
 
     final = committed(direct, topic)
     assert {k: v for table in final for k, v in table.items()} == {
         k: b"new" * 60 for k in new_keys
-    }, "the rerun fenced the killed load's transactions and completed the snapshot"
-    already = sum(len(after[p]) for p in range(PARTITIONS) if p not in kept_previous)
-    assert (rerun.written, rerun.deletes) == (KILLED_ROWS - already, 0), "only what was missing"
+    }, "the rerun fenced the killed load's writers and completed the snapshot"
+    assert rerun.written == KILLED_ROWS
