@@ -48,7 +48,7 @@ def submit(
     return subprocess.run(argv, capture_output=True, text=True, timeout=400, env=env)
 
 
-@pytest.mark.duration(100)
+@pytest.mark.duration(130)
 def test_a_load_and_an_export_run_on_a_standalone_cluster(cluster, own_broker, tmp_path):
     settings = load(None, {"bootstrap.servers": own_broker.bootstrap}, environ={}).settings
     create_example_topics(settings, 4)
