@@ -1,6 +1,6 @@
 """The ceilings: raw confluent-kafka loops over the same records, with no processing at all.
 
-Configured like the worker's own clients (``worker.kafka.clients``) so the comparison is
+Configured like the worker's own clients (``worker.kafka``) so the comparison is
 of the work done per record, not of client settings: the consumer with platform-facts'
 fetch tuning, the producer idempotent with ``acks=all``, murmur2, ``linger.ms=5``. The
 producer reports only failed deliveries (``delivery.report.only.error``): a ceiling pays
@@ -17,7 +17,8 @@ from typing import Any
 
 import confluent_kafka as ck
 
-from benchmarks.harness import BenchmarkFailed, raw_consumer
+from benchmarks.harness import BenchmarkFailed
+from benchmarks.kafka_io import raw_consumer
 from worker.kafka.error_classifier import is_partition_eof
 
 BATCH = 10000

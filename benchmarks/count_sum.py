@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from benchmarks import plots, profiling, throughput
 from benchmarks.apps import SUMS_INPUT, SUMS_OUTPUT
 from benchmarks.baselines import consume_and_produce
-from benchmarks.harness import Record, RunContext, create_topics, produce, start_broker
+from benchmarks.harness import RunContext, start_broker
+from benchmarks.kafka_io import Record, create_topics, produce
 from benchmarks.measure import steady_rate_or_span
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, table
 from worker.serde import JSON, STR
 
 NAME = "count_sum"
@@ -40,7 +41,7 @@ TARGET = 0.20  # issue 14, at 200k keys
 
 APP_CODE = "the topology's own code (`benchmarks/apps.py`)"
 CATEGORIES = throughput.categories(APP_CODE, "benchmarks/apps.py")
-# The commit's steps (tasks/commit.py AtLeastOnceCommit), as shares of all busy samples.
+# The commit's steps (tasks/commit_protocols.py AtLeastOnceCommit), as shares of all busy samples.
 COMMIT_STEPS = [
     profiling.Category("changelog records produced", under=("Task.produce_changelogs",)),
     profiling.Category("producer flushed (waiting for acks)", under=("RecordCollector.flush",)),
@@ -144,7 +145,7 @@ def _profile(
         ctx, bootstrap, f"profiled-{keys}", settings, params.records, name, app=APP
     )
     raw = ctx.path("profiles", f"{name}.txt")
-    within = "ProcessingLoop.run"
+    within = "Worker._run_loop"
     summary = profiling.summarise(raw, within, sources)
     shares = dict(profiling.breakdown(raw, within, CATEGORIES, sources, throughput.LOOP))
     steps = dict(profiling.breakdown(raw, within, COMMIT_STEPS, sources, OUTSIDE_COMMIT))
@@ -175,16 +176,16 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         curves[f"ceiling, {space.keys:,} keys' input ({ceiling:,.0f}/s)"] = max(
             space.ceilings, key=lambda s: steady_rate_or_span(s, params.records)
         )
-    result.details.append(
-        f'Input per key space: {params.records:,} records (`{{"amount": n}}`, keys drawn '
-        f"uniformly) in {PARTITIONS} partitions, already in the topic, each key space on its "
-        f"own broker. App `{APP}`: one store read, one write and one output per record. "
-        f"Worker: at-least-once, `commit.interval.ms={params.commit_interval_ms}`, otherwise "
-        "defaults. Rates are the slope between 10% and 90% of the input; the ceiling is the "
-        "better of a run before and one after the worker's."
-    )
+    result.facts = {
+        "records": params.records,
+        "partitions": PARTITIONS,
+        "app": APP,
+        "commit_interval_ms": params.commit_interval_ms,
+    }
+    result.details.append(_spaces_table(measured.spaces, params.records))
     for space in measured.spaces:
-        result.details.append(_space_details(space, params.records))
+        if space.profile is not None:
+            result.details += _profile_details(space.keys, space.profile)
     result.plots.append(
         plots.progress(
             plot_path(NAME), "Count and sum: records done over time", curves, total=params.records
@@ -198,31 +199,32 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     return result
 
 
-def _space_details(space: KeySpace, records: int) -> str:
-    rate, ceiling = space.worker_rate(records), space.ceiling_rate(records)
-    text = (
-        f"**{space.keys:,} keys.** Worker {rate:,.0f} records/s ({1e6 / rate:.1f} us per "
-        f"record), launch to last record {space.seconds:.1f}s; ceiling runs "
-        + ", ".join(f"{steady_rate_or_span(s, records):,.0f}" for s in space.ceilings)
-        + f" records/s ({1e6 / ceiling:.2f} us per record)."
-    )
-    if space.commits:
-        text += (
-            f" Commits: {space.commits:.0f} in the measured run, {space.commit_seconds:.2f}s "
-            f"in all ({space.commit_seconds / space.commits:.2f}s each on average, "
-            f"{space.commit_seconds / space.seconds:.0%} of the run from launch to the last "
-            "record): processing stops while one runs."
-        )
-    profile = space.profile
-    if profile is None:
-        return text
-    listed = "; ".join(f"{label} {share:.0%}" for label, share in profile.shares.items())
-    steps = ", ".join(f"{label} {share:.0%}" for label, share in profile.commit_steps.items())
-    return "\n\n".join(
-        [
-            text,
-            f"Where the processing thread's busy time went (profiled run): {listed}. "
-            f"The commit's steps, as shares of all of it: {steps}.",
-            profiling.markdown(profile.summary, f"Profile at {space.keys:,} keys"),
-        ]
-    )
+def _spaces_table(spaces: list[KeySpace], records: int) -> str:
+    headers = ["keys", "worker records/s", "us per record", "launch to last record (s)"]
+    headers += ["ceiling runs, records/s", "ceiling us per record", "commits"]
+    headers += ["commit time (s)", "per commit (s)", "commits' share of the run"]
+    rows = []
+    for space in spaces:
+        rate, ceiling = space.worker_rate(records), space.ceiling_rate(records)
+        ceilings = ", ".join(f"{steady_rate_or_span(c, records):,.0f}" for c in space.ceilings)
+        row = [f"{space.keys:,}", f"{rate:,.0f}", f"{1e6 / rate:.1f}", f"{space.seconds:.1f}"]
+        row += [ceilings, f"{1e6 / ceiling:.2f}", f"{space.commits:.0f}"]
+        if space.commits:
+            row += [f"{space.commit_seconds:.2f}", f"{space.commit_seconds / space.commits:.2f}"]
+            row += [f"{space.commit_seconds / space.seconds:.0%}"]
+        else:
+            row += ["", "", ""]
+        rows.append(row)
+    return table(headers, rows)
+
+
+def _profile_details(keys: int, profile: Profile) -> list[str]:
+    """Where the profiled run's processing thread went, and the commit's steps."""
+    shares = [[label, f"{share:.0%}"] for label, share in profile.shares.items()]
+    steps = [[label, f"{share:.0%}"] for label, share in profile.commit_steps.items()]
+    return [
+        table([f"{keys:,} keys: the processing thread's busy time (profiled run)", "share"], shares)
+        + "\n\n"
+        + table(["the commit's steps", "share of the commit"], steps),
+        profiling.markdown(profile.summary, f"Profile at {keys:,} keys"),
+    ]

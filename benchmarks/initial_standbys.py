@@ -27,18 +27,17 @@ from benchmarks import plots
 from benchmarks.apps import MEMORY_TOPIC
 from benchmarks.harness import (
     RunContext,
-    create_topics,
     metric_or_zero,
     new_application_id,
-    produce,
-    rss_bytes,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
-from benchmarks.results import PlotPath, Result, Row
+from benchmarks.kafka_io import create_topics, produce
+from benchmarks.results import PlotPath, Result, Row, table
+from benchmarks.sampling import rss_bytes
 
 NAME = "initial_standbys"
 TITLE = "Initial standbys: restart over local state"
@@ -240,28 +239,26 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             "MiB",
         ),
     ]
-    details = [
-        f"Local state: {size / 2**20:,.0f} MiB on disk in 4 tasks ({records:,} keys of"
-        f" {VALUE} B values), built by the worker itself and stopped cleanly; {params.runs}"
-        " restart(s) per setting, alternating, each with a backlog of 200 records waiting.",
-        "Per run (launch to first record s, join to first record s, peak RSS MiB): "
-        + "; ".join(
-            f"{'on' if e else 'off'}: "
-            + ", ".join(
-                f"({t.first_record:.2f}, {t.after_join:.3f}, {t.peak / 2**20:.0f})"
-                for t in timings[e]
-            )
-            for e in (True, False)
-        ),
-        f"{params.many_tasks} task directories from {params.many_records:,} records of"
-        f" {VALUE} B on a {params.many_tasks}-partition topic; all stores share one block"
-        " cache and write-buffer manager sized by rocksdb.memory.bytes; librdkafka's queues"
-        " and the write buffers come on top (see the memory benchmark).",
+    runs = [
+        ["on" if enabled else "off", f"{t.first_record:.2f}", f"{t.after_join:.3f}"]
+        + [f"{t.peak / 2**20:.0f}"]
+        for enabled in (True, False)
+        for t in timings[enabled]
     ]
+    headers = ["initial standbys", "launch to first record (s)", "join to first record (s)"]
+    details = [table([*headers, "peak RSS (MiB)"], runs)]
+    facts = {
+        "state_mib": size / 2**20,
+        "records": records,
+        "value": VALUE,
+        "runs": params.runs,
+        "many_tasks": params.many_tasks,
+        "many_records": params.many_records,
+    }
     plot = plots.comparison(
         plot_path(NAME),
         TITLE,
         [(r.metric, r.measured, r.baseline) for r in rows[:3]],
         ("on", "off"),
     )
-    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot])
+    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot], facts=facts)

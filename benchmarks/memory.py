@@ -39,21 +39,18 @@ from benchmarks import plots
 from benchmarks.apps import MEMORY_STORE, MEMORY_TOPIC
 from benchmarks.harness import (
     BenchmarkFailed,
-    Record,
     RunContext,
-    Sampler,
-    create_topics,
     metric_or_zero,
     new_application_id,
-    produce,
-    rss_bytes,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.kafka_io import Record, create_topics, produce
+from benchmarks.results import PlotPath, Result, Row, Target, table
+from benchmarks.sampling import Sampler, rss_bytes
 from worker.config import Settings
 from worker.state.rocksdb_env import WRITE_BUFFER_RATIO
 
@@ -192,36 +189,19 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             target=Target("<=", 1.0, "proposed: the configured bound holds"),
         ),
     ]
-    state_gb = params.partitions * params.store_bytes / 1e9
-    backlog_mib = params.records * (params.value_bytes + _KEY_BYTES) / MiB
-    result.details += [
-        f"One worker, {params.partitions} tasks of a one-store topology, "
-        f"`rocksdb.memory.bytes={params.memory_bytes // MiB} MiB`, "
-        f"`commit.interval.ms={params.commit_interval_ms}`, other settings default. "
-        f"Before it starts, each store is filled with {params.store_bytes / MB:,.0f} MB of "
-        f"incompressible {params.value_bytes}-byte values ({state_gb:,.1f} GB in all, written "
-        "straight into RocksDB with the changelog offsets the worker expects; filling them "
-        "through the worker would take several minutes). Then a backlog of "
-        f"{params.records:,} new keys (~{backlog_mib:,.0f} MiB) is produced and processed.",
-        f"Configured bound (`memory_bound_bytes`) {main.bound / MiB:,.0f} MiB = "
-        f"`rocksdb.memory.bytes` {params.memory_bytes / MiB:,.0f} + 2 x "
-        "`statestore.uncommitted.max.bytes` + `input.buffer.max.bytes` + "
-        "`output.buffer.max.bytes` (defaults 16, 32 and 16 MiB); "
-        f"growth over idle versus `rocksdb.memory.bytes` alone: "
-        f"{(main.peak - main.idle) / rocksdb:.2f}x.",
-        _line("Defaults", main, params.partitions),
-        _breakdown(main, params),
-    ]
-    if measured.previous is not None:
-        result.details.append(
-            _line(
-                "Second run with the buffer sizes before they joined the bound ("
-                + ", ".join(f"`{k}={v}`" for k, v in PREVIOUS_BUFFERS)
-                + ")",
-                measured.previous,
-                params.partitions,
-            )
-        )
+    result.facts = {
+        "stores": params.partitions,
+        "memory_mib": params.memory_bytes // MiB,
+        "commit_interval_ms": params.commit_interval_ms,
+        "store_mb": params.store_bytes / MB,
+        "value_bytes": params.value_bytes,
+        "state_gb": params.partitions * params.store_bytes / 1e9,
+        "records": params.records,
+        "backlog_mib": params.records * (params.value_bytes + _KEY_BYTES) / MiB,
+        "previous_buffers": ", ".join(f"`{k}={v}`" for k, v in PREVIOUS_BUFFERS),
+    }
+    runs = [("defaults", main)] + [("the buffer sizes before", m) for m in [measured.previous] if m]
+    result.details += [_runs(runs, rocksdb), _breakdown(main, params)]
     result.plots.append(
         plots.memory_budget(
             plot_path(NAME),
@@ -235,15 +215,22 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     return result
 
 
-def _line(label: str, m: WorkerRun, stores: int) -> str:
-    growth = m.peak - m.idle
-    return (
-        f"{label}: configured bound {m.bound / MiB:,.0f} MiB; RSS idle ({stores} filled stores "
-        f"open) {m.idle / MiB:,.0f} MiB, peak (VmHWM) {m.peak / MiB:,.0f} MiB, growth "
-        f"{growth / MiB:,.0f} MiB = {growth / m.bound:.2f}x the bound; largest "
-        f"`worker_uncommitted_bytes` seen {m.uncommitted / MiB:,.1f} MiB; filling the stores "
-        f"took {m.prefill_seconds:.0f}s, the backlog {m.processing_seconds:.1f}s to process."
-    ).replace("{n}", "64")
+def _runs(runs: list[tuple[str, WorkerRun]], rocksdb: float) -> str:
+    headers = ["run", "configured bound", "RSS idle", "peak RSS (VmHWM)", "growth"]
+    headers += ["growth / bound", "growth / `rocksdb.memory.bytes`"]
+    headers += ["largest `worker_uncommitted_bytes`", "filling the stores (s)", "the backlog (s)"]
+    rows = [
+        [label, _mib(m.bound), _mib(m.idle), _mib(m.peak), _mib(m.peak - m.idle)]
+        + [f"{(m.peak - m.idle) / m.bound:.2f}x", f"{(m.peak - m.idle) / rocksdb:.2f}x"]
+        + [f"{m.uncommitted / MiB:,.1f} MiB", f"{m.prefill_seconds:.0f}"]
+        + [f"{m.processing_seconds:.1f}"]
+        for label, m in runs
+    ]
+    return table(headers, rows)
+
+
+def _mib(value: float) -> str:
+    return f"{value / MiB:,.0f} MiB"
 
 
 def _breakdown(m: WorkerRun, params: Params) -> str:
@@ -251,26 +238,19 @@ def _breakdown(m: WorkerRun, params: Params) -> str:
     so the largest values seen, not necessarily at the moment of the RSS peak)."""
     growth = m.peak - m.idle
     cache_growth = max(0.0, m.cache - m.cache_idle)
-    rest = growth - cache_growth - 2 * m.uncommitted
     budget = params.memory_bytes * WRITE_BUFFER_RATIO  # RocksDBEnv's write-buffer budget
-    held = "within" if m.memtables <= budget else "over"
     settings = _validated(params, params.extra_settings)
     queues = settings.input_buffer_max_bytes + settings.output_buffer_max_bytes
-    return (
-        f"Where the growth went: the RocksDB cache held {m.cache_idle / MiB:,.0f} MiB when idle"
-        f" and at most {m.cache / MiB:,.0f} MiB of its {params.memory_bytes / MiB:,.0f} MiB"
-        f" (memtables at most {m.memtables / MiB:,.0f} MiB, {held} their budget of"
-        f" {budget / MiB:,.0f} MiB), so it accounts for {cache_growth / MiB:,.0f} MiB of the"
-        f" {growth / MiB:,.0f} MiB; the store write buffers, held twice during a commit, for at"
-        f" most 2 x {m.uncommitted / MiB:,.1f} MiB. The other {rest / MiB:,.0f} MiB sits"
-        f" beside the {queues / MiB:,.0f} MiB the bound gives librdkafka's prefetch and"
-        " producer queues (`input.buffer.max.bytes` + `output.buffer.max.bytes`): those queues,"
-        " the Python objects of the records in flight, RocksDB allocations outside the cache"
-        " (flush and compaction buffers, table readers) and what the allocator keeps after"
-        " freeing. The backlog's keys are new, so the block cache never fills here: a"
-        " workload that reads enough stored keys to fill it may grow by the cache's free"
-        " part more."
-    )
+    rows = [
+        ["growth over idle", _mib(growth)],
+        ["RocksDB cache, idle / largest seen", f"{_mib(m.cache_idle)} / {_mib(m.cache)}"],
+        ["RocksDB memtables, largest seen / their budget", f"{_mib(m.memtables)} / {_mib(budget)}"],
+        ["of the growth: the RocksDB cache's", _mib(cache_growth)],
+        ["of the growth: store write buffers, at most 2 x", f"{m.uncommitted / MiB:,.1f} MiB"],
+        ["of the growth: the rest", _mib(growth - cache_growth - 2 * m.uncommitted)],
+        ["the bound's share for librdkafka's queues", _mib(queues)],
+    ]
+    return table(["where the growth went (defaults run)", ""], rows)
 
 
 def _fill_stores(

@@ -46,11 +46,10 @@ from benchmarks.harness import (
     RunContext,
     client_settings,
     new_application_id,
-    produce,
-    raw_consumer,
     start_broker,
 )
-from benchmarks.results import PlotPath, Result, Row
+from benchmarks.kafka_io import produce, raw_consumer
+from benchmarks.results import PlotPath, Result, Row, table
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
@@ -64,11 +63,13 @@ from worker.clock import SystemClock
 from worker.config import Settings, load
 from worker.dev import sample_data
 from worker.examples import payments as app
-from worker.kafka.clients import DataConsumer, RecordCollector, RestoreConsumer, WatermarkReader
+from worker.kafka.collector import RecordCollector
+from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.error_classifier import is_partition_eof
 from worker.observability import Metrics, configure_logging
 from worker.processing import ProcessorContext, Topology
 from worker.processing.topology import BuiltTopology
+from worker.runtime.guarantee import choose_guarantee
 from worker.serde import JSON, STR
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
@@ -245,7 +246,8 @@ def _worker_run(
     metrics, clock = Metrics(), SystemClock()
     state_dir = StateDirectory(workdir / application_id, application_id)
     state_dir.open()
-    collector = RecordCollector(settings)
+    guarantee = choose_guarantee(settings, state_dir.process_id, metrics)
+    collector = guarantee.collector
     consumer, restore = DataConsumer(settings), RestoreConsumer(settings)
     watermarks = WatermarkReader(settings)
     env = RocksDBEnv(settings.rocksdb_memory_bytes)
@@ -253,8 +255,15 @@ def _worker_run(
     reader: ChangelogReader[Any] = ChangelogReader(
         restore, metrics, settings.restore_batch_records, clock
     )
+    offset_book = _OffsetBook()
     parts = build_task_parts(
-        topology, task_ctx, reader, consumer, _OffsetBook(), high_watermarks=watermarks.read
+        topology,
+        task_ctx,
+        reader,
+        consumer,
+        offset_book,
+        guarantee.commit_protocol(offset_book),
+        high_watermarks=watermarks.read,
     )
     try:
         tasks = frozenset(TaskId(0, p) for p in range(EXAMPLE_PARTITIONS))
@@ -349,27 +358,33 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     )
     commit = measured.worker_commit[measured.worker.index(worker)]
 
-    def runs(values: list[float]) -> str:
-        return ", ".join(f"{v:.2f}" for v in values)
-
-    result.details += [
-        f"Input: {params.payments:,} payments over {params.accounts:,} accounts in "
-        f"{EXAMPLE_PARTITIONS} partitions, fetched once before the runs; the profiles table "
-        f"processed first. Handed to the router {BATCH} records at a time, a commit every "
-        f"{params.commit_every:,} records and one at the end. CPU time of the one thread "
-        "doing the work (`time.thread_time`), the least of each way's runs is compared.",
-        f"Worker, us per record: {runs(measured.worker)} (in commits: "
-        f"{runs(measured.worker_commit)}). With a processor that does nothing (the framework "
-        f"and the payment's deserialisation): {runs(measured.noop)}. By hand: "
-        f"{runs(measured.by_hand)}.",
-        f"Reading: of the worker's {worker:.2f} us per record, the app's own work done by hand "
-        f"takes {by_hand:.2f} us ({by_hand / worker:.0%}) and commits {commit:.2f} us; the "
-        f"other {worker - by_hand - commit:.2f} us are the worker's own per-record path "
-        "(routing, the graph, the context, the typed store views over the buffer and read "
-        "cache, the sink path). With nothing to run, that path and the payment's "
-        f"deserialisation take {noop:.2f} us.",
-    ]
     own = max(worker - by_hand - commit, 0.0)
+    result.facts = {
+        "payments": params.payments,
+        "accounts": params.accounts,
+        "partitions": EXAMPLE_PARTITIONS,
+        "batch": BATCH,
+        "commit_every": params.commit_every,
+    }
+    runs = [
+        ("worker", measured.worker),
+        ("worker: of which commits", measured.worker_commit),
+        ("worker, a processor doing nothing", measured.noop),
+        ("by hand", measured.by_hand),
+    ]
+    headers = ["us per record", *(f"run {i + 1}" for i in range(len(measured.worker)))]
+    parts = [
+        ("the app's own work (by hand)", by_hand),
+        ("commits", commit),
+        ("the worker's own per-record path", worker - by_hand - commit),
+    ]
+    result.details += [
+        table(headers, [[label, *(f"{v:.2f}" for v in values)] for label, values in runs]),
+        table(
+            [f"of the least worker run's {worker:.2f} us per record", "us", "share"],
+            [[label, f"{us:.2f}", f"{us / worker:.0%}"] for label, us in parts],
+        ),
+    ]
     result.plots.append(
         plots.stacked(
             plot_path(NAME),

@@ -30,24 +30,23 @@ from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
-    Sampler,
     client_settings,
-    create_topics,
     new_application_id,
-    produce,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import create_topics, produce
 from benchmarks.measure import (
     crossing_time,
     from_first_record,
     steady_rate_or_span,
     value_at,
 )
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, table
+from benchmarks.sampling import Sampler
 from benchmarks.workload import accounts, payment_records, profile_records
 from worker.dev import sample_data
 from worker.dev.processes import WorkerProcess
@@ -268,35 +267,17 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             unit="records/s",
         ),
     ]
-    result.details += [
-        f"Input: {total:,} payments over {params.accounts:,} accounts in "
-        f"{params.partitions} partitions, already in the topic; the profiles table loaded. "
-        f"Machine: {measured.cpu_count} cores, shared by the broker, the workers and this "
-        "harness. Workers: the example app, `commit.interval.ms="
-        f"{params.commit_interval_ms}`, `num.standby.replicas=0`, `max.warmup.replicas=0`, "
-        "otherwise defaults; a new group each run, its processes started together.",
-        "Rates are the slope of the processes' summed `worker_processed_records_total` "
-        "from 10% to 90% of the input, starting no earlier than the moment every process "
-        "of the run had processed a record (the join and its rebalance are not in it). "
-        "Runs in order: "
-        + "; ".join(
-            f"{r.processes} process{'es' if r.processes > 1 else ''} {r.rate(total):,.0f}/s "
-            f"({r.before_window(total):.0%} of the input done before the measured stretch"
-            + (
-                " (every process had a task only after 90% of it: this rate has the join in it)"
-                if r.balanced_late(total)
-                else ""
-            )
-            + f", launch to last record {r.seconds:.1f}s)"
-            for r in measured.runs
-        )
-        + ". The best run of each kind is compared; the ratio within each pair of runs "
-        "that ran back to back: " + ", ".join(f"{r:.2f}" for r in measured.pair_ratios()) + ".",
-        "Raw consume-and-produce (one process, no processing), before each pair and after "
-        "the last, in records/s: " + ", ".join(f"{r:,.0f}" for r in ceiling_rates) + ".",
-        _cores_table(measured),
-        _reading(measured, one, two),
-    ]
+    result.facts = {
+        "payments": total,
+        "accounts": params.accounts,
+        "partitions": params.partitions,
+        "cores": measured.cpu_count,
+        "commit_interval_ms": params.commit_interval_ms,
+    }
+    result.details += [_cores_table(measured), _baselines_table(measured, ceiling_rates)]
+    note = _unequal_machine(one, two, total)
+    if note:
+        result.details.append(note)
     ratio = two_rate / one_rate if one_rate else float("nan")
     if not TARGET.met(ratio):
         result.details.append(_why_missed(measured, one, two, ratio))
@@ -328,52 +309,56 @@ def _run_label(index: int, run: Run) -> str:
 
 
 def _cores_table(measured: Measured) -> str:
-    """Per run: where the cores went in the measured stretch, and records per worker core."""
+    """Per run: its rate, where the cores went in the measured stretch, records per worker
+    core, and how much of the input was done before the stretch."""
     total = measured.params.payments
-    lines = [
-        "Cores in use during each run's measured stretch (CPU seconds per second, from "
-        "`/proc`; *other* is what the machine spent on anything else, e.g. other programs):",
-        "",
-        "| run | records/s | workers | broker | harness | other | idle | records per worker CPU second |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    headers = ["run", "records/s", "workers", "broker", "harness", "other", "idle"]
+    headers += ["records per worker CPU second", "input done before the measured stretch"]
+    headers += ["launch to last record (s)"]
+    rows = []
     for i, run in enumerate(measured.runs):
         cores, rate = run.cores(total), run.rate(total)
-        idle = max(0.0, measured.cpu_count - sum(cores.values()))
         per_core = rate / cores[WORKERS] if cores[WORKERS] > 0 else float("nan")
-        lines.append(
-            f"| {_run_label(i, run)} | {rate:,.0f} | {cores[WORKERS]:.2f} | "
-            f"{cores[BROKER]:.2f} | {cores[HARNESS]:.2f} | {cores['other']:.2f} | "
-            f"{idle:.2f} | {per_core:,.0f} |"
+        late = " (a task for every process only after 90%: the join is in the rate)"
+        rows.append(
+            [_run_label(i, run), f"{rate:,.0f}"]
+            + [f"{cores[k]:.2f}" for k in (WORKERS, BROKER, HARNESS, "other")]
+            + [f"{_idle(measured, cores):.2f}", f"{per_core:,.0f}"]
+            + [f"{run.before_window(total):.0%}" + (late if run.balanced_late(total) else "")]
+            + [f"{run.seconds:.1f}"]
         )
-    return "\n".join(lines)
+    return table(headers, rows)
 
 
-def _reading(measured: Measured, one: Run, two: Run) -> str:
-    """What the cores say, computed from them: how much of the machine one process used,
-    what the broker took, and whether other programs favoured one side."""
-    total = measured.params.payments
-    single = max(
-        (r for r in measured.runs if r.processes == 1), key=lambda r: r.cores(total)[WORKERS]
-    )
-    used = single.cores(total)
+def _baselines_table(measured: Measured, ceiling_rates: list[float]) -> str:
+    """The ratio of each pair of runs that ran back to back, and the raw ceiling around them."""
+    ratios = [f"{r:.2f}" for r in measured.pair_ratios()]
+    rows = [
+        [f"pair {i + 1}", ratios[i], f"{rate:,.0f}"]
+        if i < len(ratios)
+        else ["after the last pair", "", f"{rate:,.0f}"]
+        for i, rate in enumerate(ceiling_rates)
+    ]
+    headers = [
+        "raw rate measured before",
+        "2 processes / 1 in the pair",
+        "raw consume-and-produce, records/s",
+    ]
+    return table(headers, rows)
+
+
+def _unequal_machine(one: Run, two: Run, total: int) -> str | None:
+    """A warning when other programs took a different share of the machine in the two best runs."""
     c1, c2 = one.cores(total), two.cores(total)
-    text = (
-        f"Reading: one worker process used at most {used[WORKERS]:.2f} cores (its processing "
-        "loop is one Python thread; librdkafka's and RocksDB's threads add little; "
-        f"{_idle(measured, used):.2f} cores stayed idle and other programs used "
-        f"{used['other']:.2f} beside it). With two processes the workers used "
-        f"{c2[WORKERS]:.2f} cores and the broker {c2[BROKER]:.2f}."
+    if abs(c1["other"] - c2["other"]) < 0.2:
+        return None
+    return (
+        f"Other programs used {c1['other']:.2f} cores during the best 1-process run "
+        f"and {c2['other']:.2f} during the best 2-process run: the ratio compares runs "
+        "that did not get the same share of the machine, so it "
+        + ("overstates" if c1["other"] > c2["other"] else "understates")
+        + " what a second process adds on a machine of its own."
     )
-    if abs(c1["other"] - c2["other"]) >= 0.2:
-        text += (
-            f" Other programs used {c1['other']:.2f} cores during the best 1-process run "
-            f"and {c2['other']:.2f} during the best 2-process run: the ratio compares runs "
-            "that did not get the same share of the machine, so it "
-            + ("overstates" if c1["other"] > c2["other"] else "understates")
-            + " what a second process adds on a machine of its own."
-        )
-    return text
 
 
 def _idle(measured: Measured, cores: dict[str, float]) -> float:
@@ -394,16 +379,21 @@ def _why_missed(measured: Measured, one: Run, two: Run, ratio: float) -> str:
         "this harness": c2[HARNESS],
         "nothing (idle)": _idle(measured, c2),
     }
-    text = (
-        f"**Why the target is missed.** {TARGET.value:g}x the best 1-process run is "
-        f"{TARGET.value * one.rate(total):,.0f} records/s. The 2-process run's workers did "
-        f"{per_core_2:,.0f} records per CPU second ({per_core_2 / per_core_1:.2f}x the single "
-        f"process's {per_core_1:,.0f}), so that rate needed {needed:.2f} worker cores; they "
-        f"got {c2[WORKERS]:.2f} (the single process {c1[WORKERS]:.2f}). The rest of the "
-        f"machine's {measured.cpu_count} cores went to "
-        + ", ".join(f"{who} {cores:.2f}" for who, cores in elsewhere.items())
-        + ". "
-    )
+    rows = [
+        [
+            f"{TARGET.value:g}x the best 1-process run, records/s",
+            f"{TARGET.value * one.rate(total):,.0f}",
+        ],
+        ["records per worker CPU second, 2 processes", f"{per_core_2:,.0f}"],
+        ["records per worker CPU second, 1 process", f"{per_core_1:,.0f}"],
+        ["worker cores that rate needed at 2 processes' work per core", f"{needed:.2f}"],
+        [
+            "worker cores the 2 processes got (1 process got)",
+            f"{c2[WORKERS]:.2f} ({c1[WORKERS]:.2f})",
+        ],
+        *([f"cores to {who}", f"{cores:.2f}"] for who, cores in elsewhere.items()),
+    ]
+    text = "**Why the target is missed.**\n\n" + table(["", "the best runs"], rows) + "\n\n"
     if c2[WORKERS] >= needed:
         return text + "The cores were there: the work per core is what fell short."
     biggest = max(elsewhere, key=lambda who: elsewhere[who])

@@ -184,7 +184,7 @@ def summarise(
     thread: str = PROCESSING_THREAD,
 ) -> Summary:
     """Inclusive shares of each function called under the frame ``within`` (a function
-    name such as ``ProcessingLoop.run``) in ``thread``'s samples, and the hottest lines.
+    name such as ``Worker._run_loop``) in ``thread``'s samples, and the hottest lines.
     ``sources`` (:func:`snapshot_sources`) quotes the lines as the process loaded them.
 
     Raises FileNotFoundError if py-spy wrote nothing, ValueError if no sample was taken.

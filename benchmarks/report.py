@@ -1,7 +1,10 @@
 """Writes ``docs/benchmarks.md`` from one run's results, replacing whatever was there.
 
-Everything in it comes from the run: the rows, the details, the machine, the versions.
-The only fixed text is how to read and how to run it.
+The figures come from the run: the rows, the tables, the machine, the versions. The fixed
+text (how to read it, what each benchmark does, how to run them) is written once, in
+``docs/benchmarks.template.md``: a set of ``<!-- section: NAME -->`` ... ``<!-- end -->``
+blocks, one per benchmark (its module's ``NAME``) and ``intro`` and ``how to run``. A
+benchmark's block is formatted with its result's ``facts`` (``{name}`` placeholders).
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import importlib.metadata
 import math
 import os
 import platform
+import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,28 @@ from worker.dev.broker import broker_binary
 
 REPORT_NAME = "benchmarks.md"
 PLOTS_DIR = "benchmarks"
+TEMPLATE = REPO / "docs" / "benchmarks.template.md"
+_SECTION = re.compile(r"<!-- section: (?P<name>[^>]+?) -->\n(?P<text>.*?)\n<!-- end -->", re.S)
+
+
+class TemplateError(Exception):
+    """docs/benchmarks.template.md and a benchmark's facts do not fit: fix one of them."""
+
+
+def sections(template: str | None = None) -> dict[str, str]:
+    """The template's blocks by name."""
+    text = TEMPLATE.read_text() if template is None else template
+    return {m["name"]: m["text"].strip() for m in _SECTION.finditer(text)}
+
+
+def prose(name: str, facts: Mapping[str, object], blocks: dict[str, str]) -> str | None:
+    """The template's block ``name`` with the run's facts filled in; None if it has none."""
+    if name not in blocks:
+        return None
+    try:
+        return blocks[name].format_map(facts)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise TemplateError(f"section {name!r} of {TEMPLATE.name}: {exc!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -131,20 +157,20 @@ def _anchor(title: str) -> str:
     return keep.replace(" ", "-")
 
 
-def render(results: Sequence[Result], info: RunInfo, out_dir: Path) -> str:
+def render(
+    results: Sequence[Result], info: RunInfo, out_dir: Path, blocks: dict[str, str] | None = None
+) -> str:
+    blocks = sections() if blocks is None else blocks
     date = info.started.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     mode = " in **quick mode** (tiny workloads: the numbers mean nothing)" if info.quick else ""
     lines = [
         "# Benchmarks",
         "",
-        "<!-- Written by `python -m benchmarks` (make bench). Do not edit: the next run"
-        " rewrites this file and the plots in benchmarks/. -->",
+        "<!-- Written by `python -m benchmarks` (make bench) from docs/benchmarks.template.md."
+        " Do not edit: the next run rewrites this file and the plots in benchmarks/. -->",
         "",
         f"Measured {date} by `{info.command}`{mode}, in {info.seconds / 60:.1f} minutes. "
-        "Each ratio is *measured / baseline*, both taken in this run on this machine "
-        "against the same embedded broker, so ratios travel between machines better than "
-        "the absolute numbers. The broker, the workers and the load generator share the "
-        "machine's cores.",
+        + blocks.get("intro", ""),
         "",
         "## Summary",
         "",
@@ -174,33 +200,17 @@ def render(results: Sequence[Result], info: RunInfo, out_dir: Path) -> str:
                 "```",
                 "",
             ]
+        text = None if result.error is not None else prose(result.name, result.facts, blocks)
+        if text:
+            lines += [text, ""]
         for block in result.details:
             lines += [block, ""]
         for plot in result.plots:
             rel = os.path.relpath(plot, out_dir)
             lines += [f"![{plot.stem}]({rel})", ""]
         lines.append(f"_This benchmark took {result.seconds:.0f}s._")
-    lines += ["", *HOW_TO_RUN]
+    lines += ["", blocks.get("how to run", "")]
     return "\n".join(lines).rstrip() + "\n"
-
-
-HOW_TO_RUN = [
-    "## How to run",
-    "",
-    "```sh",
-    "make bench                                   # everything; rewrites this file and its plots",
-    ".venv/bin/python -m benchmarks restore memory  # only some (the report then has only those)",
-    ".venv/bin/python -m benchmarks --quick --out /tmp/bench  # tiny workloads, ~1 minute",
-    ".venv/bin/python -m benchmarks --help",
-    "```",
-    "",
-    "Every benchmark starts its own embedded broker and real `python -m worker start` "
-    "processes, and stops every process it started by PID, also on failure or Ctrl-C. "
-    "Logs and state stay in the work directory it prints when a benchmark fails "
-    "(or always, with `--keep`). Profiles are taken in a separate, unmeasured run with "
-    "`py-spy record --format raw`; by hand: `py-spy record -o profile.svg --pid PID` for "
-    "a flame graph of a running worker, `py-spy dump --pid PID` for its stacks now.",
-]
 
 
 def write(results: Sequence[Result], info: RunInfo, out_dir: Path) -> Path:

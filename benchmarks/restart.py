@@ -17,14 +17,8 @@ is built once and only grows. At each size three launches are timed, each from t
   part is restored, so the first record comes when the first of the four is done.
 
 The cold worker then grows the state to the next size; the old directory is deleted.
-
-Each launch is broken down from the worker's own log lines and metrics: process start
-and imports (to its first log line), stores opened (to the member's first ``membership.transition`` to joining), the group
-join (to ``membership.assigned``), and assignment to first record
-(``worker_first_process_after_join_seconds``: the restore and the first fetch). Also
-recorded: records restored (``worker_restored_records_total``), the longest
-``restore.done``, and launch to all four tasks active and running (for the cold restore,
-when the whole state is back).
+Each launch is broken down into phases from the worker's own log lines and metrics
+(docs/benchmarks.template.md, section ``restart``, says which).
 
 Target (issue 8): under 5 s after a clean stop and after kill -9 with 1 GiB of local
 state, flat as the state grows.
@@ -48,22 +42,19 @@ from benchmarks.apps import MEMORY_TOPIC
 from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
-    bulk_producer,
-    create_topics,
-    log_time,
     metric_or_zero,
     new_application_id,
-    produce,
-    raw_consumer,
     start_broker,
     start_worker,
-    starts_join,
     stop_worker,
     wait_for,
     worker_settings,
 )
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.kafka_io import bulk_producer, create_topics, produce, raw_consumer
+from benchmarks.log_events import log_time, starts_join
+from benchmarks.results import PlotPath, Result, Row, Target, table
 from worker.dev.processes import WorkerProcess
+from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
 
 NAME = "restart"
 TITLE = "Restart over local state"
@@ -272,12 +263,12 @@ def _breakdown(
         raise BenchmarkFailed(f"{worker.name}: no {name} log line\n{worker.log_tail(30)}")
 
     def assigned_event(event: dict[str, Any]) -> bool:
-        return event.get("event") == "membership.assigned"
+        return event.get("event") == MEMBERSHIP_ASSIGNED
 
     first_line = log_time(events[0])
     joining = first("membership.transition to joining", starts_join)
-    assigned = first("membership.assigned", assigned_event, joining)
-    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
+    assigned = first(MEMBERSHIP_ASSIGNED, assigned_event, joining)
+    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == RESTORE_DONE]
     return Launch(
         keys=keys,
         first_record=first_record,
@@ -288,7 +279,7 @@ def _breakdown(
         all_tasks=all_tasks,
         restored=int(worker.metric("worker_restored_records_total")),
         restore_seconds=max((float(e["seconds"]) for e in dones), default=0.0),
-        assignments=sum(1 for e in events if e.get("event") == "membership.assigned"),
+        assignments=sum(1 for e in events if e.get("event") == MEMBERSHIP_ASSIGNED),
     )
 
 
@@ -361,33 +352,15 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         )
         for case in CASES[:2]
     ]
-    details = [
-        f"One worker of `{APP}` (4 tasks, one store each, {VALUE} B random values under"
-        " distinct keys; `commit.interval.ms=1000`, `rocksdb.memory.bytes=64 MiB`,"
-        " `num.standby.replicas=0`, `session.timeout.ms=6000`, initial standbys on by"
-        f" default). The state grows in {len(steps)} steps, built once by the worker itself."
-        " At each size three launches, each timed from `Popen` to the first processed"
-        f" record with {BACKLOG} records waiting: after a clean stop (SIGTERM) of the worker"
-        " that built the state; after kill -9 of that restarted worker while it processed a"
-        f" stream of up to {params.kill_backlog:,} records; and the baseline, a cold"
-        " restore: the same application over an empty state dir, restoring the whole"
-        " changelog (which also holds the records fed to the first two launches). The cold"
-        " worker grows the next step. The phases come from each worker's log lines:"
-        " start-up is launch to its first line (interpreter, imports, settings), stores"
-        " opened runs to the first join (`membership.transition` to joining), the group join"
-        " to `membership.assigned`, and"
-        " the rest (`worker_first_process_after_join_seconds`) is the restore and the first"
-        " fetch.",
-        _table(steps),
-        _reading(steps),
-        "Growing the state: "
-        + "; ".join(
-            f"to {s.disk_bytes / MiB:,.0f} MiB in {s.build_seconds:.0f}s (clean stop"
-            f" {s.stop_seconds:.1f}s; killed after {s.killed_after:,} records of its stream)"
-            for s in steps
-        )
-        + ".",
-    ]
+    details = [_table(steps), _reading(steps), _growth(steps)]
+    facts = {
+        "app": APP,
+        "value": VALUE,
+        "steps": len(steps),
+        "backlog": BACKLOG,
+        "kill_backlog": params.kill_backlog,
+        "target": TARGET_SECONDS,
+    }
     plot = plots.restart(
         plot_path(NAME),
         [s.disk_bytes / MiB for s in steps],
@@ -397,7 +370,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         TARGET_SECONDS,
         f"{largest.disk_bytes / MiB:,.0f} MiB",
     )
-    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot])
+    return Result(NAME, TITLE, rows=rows, details=details, plots=[plot], facts=facts)
 
 
 def _phases(launch: Launch) -> list[tuple[str, float]]:
@@ -412,64 +385,42 @@ def _phases(launch: Launch) -> list[tuple[str, float]]:
 
 
 def _table(steps: Sequence[Step]) -> str:
-    lines = [
-        "| local state | launch | keys in the input | launch to first record (s) | start-up (s)"
-        " | stores opened (s) | group join (s) | assignment to first record (s)"
-        " | records restored | longest restore (s) | assignments | launch to all 4 tasks"
-        " running (s) |",
-        "|---|---|" + "---:|" * 10,
+    headers = ["local state", "launch", "keys in the input", "launch to first record (s)"]
+    headers += ["start-up (s)", "stores opened (s)", "group join (s)"]
+    headers += ["assignment to first record (s)", "records restored", "longest restore (s)"]
+    headers += ["assignments", "launch to all 4 tasks running (s)"]
+    rows = [
+        [_mib(step), case, f"{x.keys:,}", f"{x.first_record:.2f}", f"{x.startup:.2f}"]
+        + [f"{x.before_join:.2f}", f"{x.join:.2f}", f"{x.after_join:.2f}", f"{x.restored:,}"]
+        + [f"{x.restore_seconds:.2f}", x.assignments, f"{x.all_tasks:.2f}"]
+        for step in steps
+        for case, x in ((case, step.launches[case]) for case in CASES)
     ]
-    for step in steps:
-        for case in CASES:
-            x = step.launches[case]
-            lines.append(
-                f"| {step.disk_bytes / MiB:,.0f} MiB | {case} | {x.keys:,}"
-                f" | {x.first_record:.2f} | {x.startup:.2f} | {x.before_join:.2f}"
-                f" | {x.join:.2f} | {x.after_join:.2f} | {x.restored:,}"
-                f" | {x.restore_seconds:.2f} | {x.assignments} | {x.all_tasks:.2f} |"
-            )
-    return "\n".join(lines)
+    return table(headers, rows, left=2)
 
 
 def _reading(steps: Sequence[Step]) -> str:
-    """Where the seconds go at the largest size, against the target, and how flat it is."""
-    largest, smallest = steps[-1], steps[0]
-    at = f"{largest.disk_bytes / MiB:,.0f} MiB"
-    sizes = f"{smallest.disk_bytes / MiB:,.0f} MiB to {at}"
-    parts = []
+    """Each restart at the largest size against the target, and its range over the sizes."""
+    headers = [f"at {_mib(steps[-1])}", "launch to first record (s)", "target met"]
+    headers += ["without the group join (s)", f"from {_mib(steps[0])}: range (s)"]
+    rows = []
     for case in CASES[:2]:
-        x = largest.launches[case]
-        verdict = "under" if x.first_record < TARGET_SECONDS else "over"
+        x = steps[-1].launches[case]
         seconds = [s.launches[case].first_record for s in steps]
-        parts.append(
-            f"After a {case}, {x.first_record:.2f}s ({verdict} the {TARGET_SECONDS:g} s"
-            f" target): {x.startup:.2f}s start-up, {x.before_join:.2f}s opening the stores"
-            f" and checking their offsets before the join, {x.join:.2f}s group join,"
-            f" {x.after_join:.2f}s from the assignment to the first record with"
-            f" {x.restored:,} records restored (the longest `restore.done`"
-            + (", with nothing to restore," if x.restored == 0 else "")
-            + f" took {x.restore_seconds:.2f}s); without the join,"
-            f" {x.first_record - x.join:.2f}s."
-            f" From {sizes} it stayed between {min(seconds):.2f}s and {max(seconds):.2f}s."
-        )
-    clean, killed, cold = (largest.launches[c] for c in CASES)
-    parts.append(
-        f"The cold restore reached its first record after {cold.first_record:.2f}s, of which"
-        f" {cold.after_join:.2f}s after the assignment: processing starts when the first"
-        " task has restored its part; the longest task restore took"
-        f" {cold.restore_seconds:.2f}s ({cold.restored:,} records in all) and all four"
-        f" tasks ran {cold.all_tasks:.2f}s after the launch (from {sizes}: "
-        + ", ".join(f"{s.launches['cold restore'].all_tasks:.2f}s" for s in steps)
-        + ")."
-    )
-    parts.append(
-        "The group join is the test broker's: a join round takes ~3 s on it whatever the"
-        f" state ({clean.join:.2f}s after the clean stop, {cold.join:.2f}s for the cold"
-        " restore; docs/platform-notes.md). After kill -9 the restarted worker first"
-        " removes the killed run's member from the group (a LeaveGroup for the member id it"
-        " keeps in the state dir), so its join took"
-        f" {killed.join:.2f}s against {clean.join:.2f}s after the clean stop. Without that"
-        " the dead member stays in the group until its session (`session.timeout.ms=6000`)"
-        " expires: the assignment then waited for the timeout and another join round."
-    )
-    return f"Reading, at {at}. " + " ".join(parts)
+        met = "yes" if x.first_record < TARGET_SECONDS else "**no**"
+        rows.append([f"after a {case}", f"{x.first_record:.2f}", met])
+        rows[-1] += [f"{x.first_record - x.join:.2f}", f"{min(seconds):.2f}-{max(seconds):.2f}"]
+    return table(headers, rows, left=1)
+
+
+def _growth(steps: Sequence[Step]) -> str:
+    headers = ["grown to", "build (s)", "clean stop (s)", "records of the stream before kill -9"]
+    rows = [
+        [_mib(s), f"{s.build_seconds:.0f}", f"{s.stop_seconds:.1f}", f"{s.killed_after:,}"]
+        for s in steps
+    ]
+    return table(headers, rows)
+
+
+def _mib(step: Step) -> str:
+    return f"{step.disk_bytes / MiB:,.0f} MiB"

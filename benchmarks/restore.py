@@ -26,18 +26,18 @@ from benchmarks.baselines import consume
 from benchmarks.harness import (
     BenchmarkFailed,
     RunContext,
-    Sampler,
     client_settings,
-    log_time,
     new_application_id,
-    produce,
     start_broker,
     start_worker,
     stop_worker,
     worker_settings,
 )
+from benchmarks.kafka_io import produce
+from benchmarks.log_events import log_time
 from benchmarks.measure import steady_rate
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, interleaved, table
+from benchmarks.sampling import Sampler
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
@@ -46,6 +46,7 @@ from benchmarks.workload import (
 )
 from worker.dev import sample_data
 from worker.dev.processes import WorkerProcess
+from worker.events import RESTORE_DONE, RESTORE_START
 
 NAME = "restore"
 TITLE = "Restore"
@@ -142,7 +143,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
         profile = Profile(
             profiled.rate,
             profiling.summarise(raw, "ChangelogReader.step", sources),
-            dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP)),
+            dict(profiling.breakdown(raw, "Worker._run_loop", CATEGORIES, sources, LOOP)),
         )
     return Measured(params, seeded, ceilings, restores, profile)
 
@@ -168,26 +169,26 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             target=Target(">=", 0.70, "issue 8"),
         )
     )
-    slowest = max(restored.per_task.items(), key=lambda kv: kv[1][1])
+    result.facts = {
+        "seeded": seeded,
+        "accounts": params.accounts,
+        "versions": params.versions,
+        "partitions": EXAMPLE_PARTITIONS,
+    }
+    raw_reads = [
+        [f"raw read {i + 1}", f"{samples[-1][0] - samples[0][0]:.2f}", f"{rate:,.0f}"]
+        for i, (samples, rate) in enumerate(zip(ceilings, rates, strict=True))
+    ]
+    worker = [
+        [f"worker restore {i + 1}", f"{r.seconds:.2f}", f"{r.rate:,.0f}"]
+        for i, r in enumerate(restores)
+    ]
+    tasks = [[t, f"{n:,}", f"{sec:.2f}"] for t, (n, sec) in sorted(restored.per_task.items())]
+    steady = [[_steady(restored.samples, seeded), _steady(ceilings[best], seeded)]]
     result.details += [
-        f"Changelog: {seeded:,} records ({params.accounts:,} accounts x {params.versions} "
-        f"versions) in {EXAMPLE_PARTITIONS} partitions; every restore counted all of them "
-        "in `worker_restored_records_total` and in its `restore.done` lines. Worker "
-        "restores (first `restore.start` to last `restore.done`): "
-        + ", ".join(f"{r.seconds:.2f}s = {r.rate:,.0f}/s" for r in restores)
-        + ". Raw reads (`assign` to the end of every partition), before each restore and "
-        "after the last: "
-        + ", ".join(
-            f"{s[-1][0] - s[0][0]:.2f}s = {r:,.0f}/s" for s, r in zip(ceilings, rates, strict=True)
-        )
-        + ". The best of each side is compared.",
-        "Per task in the best restore (`restore.done`): "
-        + ", ".join(f"{t} {n:,} in {s:.2f}s" for t, (n, s) in sorted(restored.per_task.items()))
-        + f". The slowest, {slowest[0]}, bounds the whole restore.",
-        "Steady rates (10%-90% of the records, the same method both sides, start-up and the "
-        f"wait for the end of the partitions left out): worker "
-        f"{_steady(restored.samples, seeded)} (`worker_restored_records_total`), "
-        f"raw consumer {_steady(ceilings[best], seeded)}.",
+        table(["run, in order", "seconds", "records/s"], interleaved(raw_reads, worker)),
+        table(["task, in the best restore", "records", "seconds"], tasks),
+        table(["steady rate: worker restore", "raw consumer"], steady, left=0),
     ]
     result.plots.append(
         plots.progress(
@@ -277,8 +278,8 @@ def _from_logs(
 ) -> Restored:
     """Records and duration from the ``restore.start`` and ``restore.done`` log lines."""
     events = worker.log_events()
-    starts = [log_time(e) for e in events if e.get("event") == "restore.start"]
-    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == "restore.done"]
+    starts = [log_time(e) for e in events if e.get("event") == RESTORE_START]
+    dones: list[dict[str, Any]] = [e for e in events if e.get("event") == RESTORE_DONE]
     if not starts or len(dones) != EXAMPLE_PARTITIONS:
         raise BenchmarkFailed(
             f"{worker.name}: {len(starts)} restore.start and {len(dones)} restore.done lines"

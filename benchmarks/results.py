@@ -10,7 +10,7 @@ wording of the report can change, or be tested, without running anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,5 +76,31 @@ class Result:
     rows: list[Row] = field(default_factory=list)
     details: list[str] = field(default_factory=list)  # markdown blocks, one paragraph each
     plots: list[Path] = field(default_factory=list)  # PNG files written for the report
+    # The run's values the benchmark's prose in docs/benchmarks.template.md refers to
+    # ({name} placeholders): parameters, sizes, counts. Figures go in rows and tables.
+    facts: Mapping[str, object] = field(default_factory=dict)
     seconds: float = 0.0
     error: str | None = None
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], left: int = 1) -> str:
+    """A markdown table; the first ``left`` columns aligned left, the others (figures) right.
+
+    Cells are written with ``str``: format the figures before, as the report shows them.
+    """
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "---|" * left + "---:|" * (len(headers) - left),
+    ]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def interleaved(baselines: Sequence[list[str]], runs: Sequence[list[str]]) -> list[list[str]]:
+    """Table rows in the order they ran: a baseline run before each measured run and after
+    the last (the same-run baselines of throughput and restore)."""
+    rows: list[list[str]] = []
+    for i, baseline in enumerate(baselines):
+        rows.append(baseline)
+        rows += runs[i : i + 1]
+    return rows

@@ -31,21 +31,19 @@ from functools import partial
 from benchmarks import plots
 from benchmarks.harness import (
     RunContext,
-    SteadyProducer,
-    log_time,
     new_application_id,
-    read_timestamps,
     readyz_tasks,
     side_by_side,
     start_broker,
     start_worker,
-    starts_join,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import SteadyProducer, read_timestamps
+from benchmarks.log_events import log_time, starts_join
 from benchmarks.measure import gap_intervals, max_gap
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, table
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
@@ -54,6 +52,7 @@ from benchmarks.workload import (
     totals_changelog,
 )
 from worker.dev.processes import WorkerProcess
+from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
 from worker.examples import payments as app
 
 NAME = "scale_out"
@@ -155,24 +154,16 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             target=Target("<", 1.0, "issue 3: warmups remove the gap"),
         )
     )
-    result.details += [
-        f"State: {params.accounts:,} accounts; the totals changelog holds "
-        f"{params.accounts * params.versions:,} records and the profiles table "
-        f"{params.accounts:,}, so the newcomer's two tasks restore ~"
-        f"{params.state_records // 2:,} records cold. Payments: {params.rate:,}/s. "
-        f"Workers: `commit.interval.ms={params.commit_interval_ms}`, "
-        "`num.standby.replicas=0`, "
-        f"`acceptable.recovery.lag={params.acceptable_recovery_lag}`, "
-        "`max.warmup.replicas` 2 (on) or 0 (off).",
-        f"{params.repeats} run(s) per mode, alternating; the summary compares the mean of "
-        "each run's longest stall: "
-        + "; ".join(
-            f"{mode} " + ", ".join(f"{w:.2f}s" for w in values) for mode, values in worst.items()
-        )
-        + ".",
-        _reading(by_mode),
-        _mode_table(outcomes),
-    ]
+    result.facts = {
+        "accounts": params.accounts,
+        "changelog_records": params.accounts * params.versions,
+        "cold_records": params.state_records // 2,
+        "rate": params.rate,
+        "commit_interval_ms": params.commit_interval_ms,
+        "acceptable_recovery_lag": params.acceptable_recovery_lag,
+        "repeats": params.repeats,
+    }
+    result.details += [_reading(by_mode), _mode_table(outcomes)]
     result.plots.append(
         plots.scale_out(
             plot_path(NAME),
@@ -184,22 +175,17 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
 
 
 def _reading(by_mode: dict[str, list[ModeOutcome]]) -> str:
-    """What the numbers say, computed from them: the stall against one rebalance."""
-    on, off = by_mode["warmups on"], by_mode["warmups off"]
-    longest_join = max(
-        (d for o in on + off for spans in o.rebalances.values() for d in spans), default=0.0
-    )
-    worst_on = max(max(o.gaps.values()) for o in on)
-    worst_off = max(max(o.gaps.values()) for o in off)
-    cold = max(o.newcomer_restore_seconds for o in off)
-    return (
-        f"Reading: the longest join to assignment in these runs took {longest_join:.1f}s. "
-        f"With warmups the worst stall ({worst_on:.1f}s) is a moved task's: its owner "
-        "hands it over after the probing rebalance and its new owner gets it in the "
-        "follow-up round (cooperative: the tasks that stay never stop). Without warmups "
-        f"the moved tasks also wait for their cold restore (up to {cold:.1f}s here), so "
-        f"their worst stall is {worst_off:.1f}s."
-    )
+    """Per mode: each run's longest stall, and what bounds it (a join, a cold restore)."""
+    rows = [
+        [mode, ", ".join(f"{max(o.gaps.values()):.2f}" for o in runs)]
+        + [f"{max(max(o.gaps.values()) for o in runs):.1f}"]
+        + [f"{max((d for o in runs for s in o.rebalances.values() for d in s), default=0.0):.1f}"]
+        + [f"{max(o.newcomer_restore_seconds for o in runs):.1f}"]
+        for mode, runs in by_mode.items()
+    ]
+    headers = ["mode", "each run's longest stall (s)", "worst stall (s)"]
+    headers += ["longest join to assignment (s)", "newcomer's longest restore as an active (s)"]
+    return table(headers, rows)
 
 
 def _mode_table(outcomes: dict[str, ModeOutcome]) -> str:
@@ -323,7 +309,7 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
         restored_on_newcomer=restored,
         warmups_caught_up=caught_up,
         newcomer_restore_seconds=max(
-            (float(e["seconds"]) for e in second.log_events() if e.get("event") == "restore.done"),
+            (float(e["seconds"]) for e in second.log_events() if e.get("event") == RESTORE_DONE),
             default=0.0,
         ),
         warmup_seconds=_warmup_seconds(second),
@@ -345,7 +331,7 @@ def _warmup_seconds(worker: WorkerProcess) -> float | None:
     assigned = probe = None
     for event in worker.log_events():
         name = event.get("event")
-        if name == "membership.assigned" and assigned is None:
+        if name == MEMBERSHIP_ASSIGNED and assigned is None:
             assigned = log_time(event)
         elif name == "probing.request" and assigned is not None:
             probe = log_time(event)
@@ -362,7 +348,7 @@ def _rebalances(worker: WorkerProcess, start: float, end: float) -> list[float]:
         name = event.get("event")
         if starts_join(event):
             joining = log_time(event)
-        elif name == "membership.assigned" and joining is not None:
+        elif name == MEMBERSHIP_ASSIGNED and joining is not None:
             if start <= joining <= end:
                 durations.append(log_time(event) - joining)
             joining = None

@@ -23,20 +23,19 @@ from benchmarks import plots, profiling
 from benchmarks.baselines import consume_and_produce
 from benchmarks.harness import (
     RunContext,
-    Sampler,
     client_settings,
-    create_topics,
     metric_or_zero,
     new_application_id,
-    produce,
     start_broker,
     start_worker,
     stop_worker,
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import create_topics, produce
 from benchmarks.measure import from_first_record, steady_rate_or_span
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, interleaved, table
+from benchmarks.sampling import Sampler
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
@@ -139,20 +138,19 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             target=Target(">=", TARGET, "issue 14"),
         )
     )
-    result.details += [
-        f"Input: {params.payments:,} payments over {params.accounts:,} accounts in "
-        f"{EXAMPLE_PARTITIONS} partitions, already in the topic; the profiles table loaded. "
-        "Rates are the slope between 10% and 90% of the input.",
-        f"Worker (`commit.interval.ms={params.commit_interval_ms}`, otherwise defaults; a new "
-        "group each run) runs in records/s: "
-        + ", ".join(f"{r:,.0f}" for r in worker_rates)
-        + "; from launch to the last record: "
-        + ", ".join(f"{seconds:.1f}s" for _, seconds in workers)
-        + " (the group join is in that time, not in the rate).",
-        "Ceiling runs in records/s, before each worker run and after the last: "
-        + ", ".join(f"{r:,.0f}" for r in ceiling_rates)
-        + ". The best of each side is compared.",
+    result.facts = {
+        "payments": params.payments,
+        "accounts": params.accounts,
+        "partitions": EXAMPLE_PARTITIONS,
+        "commit_interval_ms": params.commit_interval_ms,
+    }
+    raw = [[f"ceiling {i + 1}", f"{r:,.0f}", ""] for i, r in enumerate(ceiling_rates)]
+    runs = [
+        [f"worker run {i + 1}", f"{r:,.0f}", f"{seconds:.1f}"]
+        for i, (r, (_, seconds)) in enumerate(zip(worker_rates, workers, strict=True))
     ]
+    headers = ["run, in order", "records/s", "launch to the last record (s)"]
+    result.details.append(table(headers, interleaved(raw, runs)))
     result.plots.append(
         plots.progress(
             plot_path(NAME),
@@ -254,8 +252,8 @@ def _profile(
     sources = profiling.snapshot_sources()
     worker_run(ctx, bootstrap, "profiled-worker", settings, params.payments, "throughput")
     raw = ctx.path("profiles", "throughput.txt")
-    summary = profiling.summarise(raw, "ProcessingLoop.run", sources)
-    shares = dict(profiling.breakdown(raw, "ProcessingLoop.run", CATEGORIES, sources, LOOP))
+    summary = profiling.summarise(raw, "Worker._run_loop", sources)
+    shares = dict(profiling.breakdown(raw, "Worker._run_loop", CATEGORIES, sources, LOOP))
     return Profile(summary, shares)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from benchmarks.harness import Record, client_settings, create_topics, produce
+from benchmarks.harness import client_settings
+from benchmarks.kafka_io import Record, create_topics, produce
 from worker.dev import sample_data
 from worker.examples import payments as app
 from worker.serde import JSON, STR

@@ -19,6 +19,7 @@ from worker import __version__
 from worker.config import LoadedSettings, Settings, load, parse_assignments
 from worker.errors import ConfigError, TopologyError, WorkerError
 from worker.observability import configure_logging, get_logger
+from worker.processing import timestamps
 from worker.processing.topology import BuiltTopology, Topology
 
 DEFAULT_APP = "worker.examples.payments:build"
@@ -87,6 +88,9 @@ def start(config: Path | None, sets: tuple[str, ...], state_dir: Path | None, ap
     try:
         loaded = _load_settings(config, sets, state_dir)
         topology = load_topology(app)
+        # Imported now so a name that does not load exits 2; the task resolves it again
+        # (from the module cache) once timestamps are wired into processing.
+        timestamps.resolve(loaded.settings.timestamp_extractor)
     except ConfigError as exc:
         _fail(str(exc), 2)
     except TopologyError as exc:

@@ -98,6 +98,12 @@ class Settings(BaseModel):
         2, alias="processing.exception.max.retries", ge=0, le=100
     )
     max_record_bytes: int = Field(MiB, alias="max.record.bytes", ge=-1)
+    # "record" or module:attr; imported by worker.processing.timestamps.resolve at start.
+    timestamp_extractor: str = Field(
+        "record",
+        alias="timestamp.extractor",
+        pattern=r"^(record|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from worker.errors import FatalError
+from worker.events import transition_event
 
 S = TypeVar("S", bound=enum.Enum)
 
@@ -88,7 +89,7 @@ class StateMachine(Generic[S]):
                 f"{self.name}: {self._state.value} -> {target.value} is not allowed"
             )
         getattr(self.log, self._level)(
-            f"{self.name}.transition",
+            transition_event(self.name),
             src=self._state.value,
             dst=target.value,
             reason=reason,

@@ -110,9 +110,9 @@ def fast_serializer(serde: Serde, kept: bool = False) -> Encode:
     them until and past the commit). orjson builds its output in a 1 KiB buffer that it
     then shrinks in place, so each of its results holds a glibc chunk split off a larger
     one; hundreds of thousands of those kept alive fragment the heap until every
-    ``orjson.dumps`` pays for the allocator's search (measured, issue 14: 0.23 us per call
-    with 10,000 keys buffered, 1.36 us with 200,000). A kept JSON value is copied into a
-    bytes object of its own size (0.1 us), which lets the shrunk buffer go at once.
+    ``orjson.dumps`` pays for the allocator's search (figures: docs/operations.md,
+    "Processing speed"). A kept JSON value is copied into a bytes object of its own size,
+    which lets the shrunk buffer go at once.
 
     The per-record path calls a serde several times per record, and a Python method call
     was a large share of that cost (issue 8). The C function returns exactly what
@@ -139,6 +139,45 @@ def fast_deserializer(serde: Serde) -> Decode:
     if type(serde) is StrSerde:
         return bytes.decode
     return serde.deserialize
+
+
+class Codec:
+    """A serde with the C functions behind it: the one statement of how the per-record
+    path encodes and decodes.
+
+    The rule, in :meth:`encode` and :meth:`decode`: None first (the C functions disagree
+    with the serde about None), then the C function, then, if that raised, the serde
+    itself (its own error, or its result should the C function be stricter). Hot paths
+    (the store views, the task graph's sources and sinks) call ``fast_encode`` and
+    ``fast_decode`` inline for values other than None and hand everything else to this
+    rule; tests/property/test_store_views.py holds them equal to the serde.
+    """
+
+    __slots__ = ("serde", "fast_encode", "fast_decode")
+
+    def __init__(self, serde: Serde, kept: bool = False) -> None:
+        """``kept``: see :func:`fast_serializer`."""
+        self.serde = serde
+        self.fast_encode = fast_serializer(serde, kept)
+        self.fast_decode = fast_deserializer(serde)
+
+    def encode(self, value: Any) -> bytes | None:
+        """``serde.serialize(value)``, through the C function where it applies."""
+        if value is None:
+            return self.serde.serialize(None)
+        try:
+            return self.fast_encode(value)  # type: ignore[no-any-return]
+        except Exception:
+            return self.serde.serialize(value)
+
+    def decode(self, data: bytes | None) -> Any:
+        """``serde.deserialize(data)``, through the C function where it applies."""
+        if data is None:
+            return self.serde.deserialize(None)
+        try:
+            return self.fast_decode(data)
+        except Exception:
+            return self.serde.deserialize(data)
 
 
 def by_name(name: str) -> Serde:

@@ -6,8 +6,8 @@ They mirror the public interface of the adapter they replace (checked by
 
 from tests.fakes.kafka import (
     FakeCollector,
-    FakeCommitter,
     FakeDataConsumer,
+    FakeGroupOffsets,
     FakeMessage,
     FakeRestoreConsumer,
     SentRecord,
@@ -17,7 +17,7 @@ from tests.fakes.stores import DictStore
 __all__ = [
     "DictStore",
     "FakeCollector",
-    "FakeCommitter",
+    "FakeGroupOffsets",
     "FakeDataConsumer",
     "FakeMessage",
     "FakeRestoreConsumer",

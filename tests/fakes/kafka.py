@@ -1,4 +1,4 @@
-"""In-memory fakes of our Kafka adapters (``worker.kafka.clients``) and the offset committer.
+"""In-memory fakes of our Kafka adapters (``worker.kafka.collector``, ``worker.kafka.consumers``) and the group offsets.
 
 Each fake has the public interface of the adapter it replaces, with the same method
 names, parameters and defaults (``tests/unit/tasks/test_fakes.py`` checks this against the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.assignment.task_id import TP
-from worker.kafka.clients import FetchedBatch
+from worker.kafka.consumers import FetchedBatch
 
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 
@@ -134,8 +134,8 @@ class FakeCollector:
 
 
 @dataclass
-class FakeCommitter:
-    """The group member's offset commit API (``worker.tasks.manager.OffsetCommitter``).
+class FakeGroupOffsets:
+    """The group member's offset commit API (``worker.tasks.commit_protocols.GroupOffsets``).
 
     ``commits`` lists every successful commit; ``offsets`` is the group's current view.
     Test controls: ``fail_commit`` and ``before_commit`` (called with the offsets).

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support.kafka_io import produce_raw
 from tests.support.transaction_log import LogRecord, read_committed_topic
 from tests.support.waiting import wait_until
+from worker.events import RECORD_SKIPPED
 from worker.examples import counting
 
 pytestmark = pytest.mark.faults
@@ -122,7 +123,7 @@ def test_log_and_continue_skips_bad_records_and_processes_the_rest(own_broker, w
     assert worker.metric("worker_dead_lettered_records_total") == 0
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
     assert f"{worker_factory.application_id}-dlq" not in topics
-    skipped = [e for e in worker.log_events() if e.get("event") == "record.skipped"]
+    skipped = [e for e in worker.log_events() if e.get("event") == RECORD_SKIPPED]
     assert skipped and all(e["policy"] == "log_and_continue" for e in skipped)
     assert worker.ready() and worker.terminate() == 0
 

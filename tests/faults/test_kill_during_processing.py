@@ -9,6 +9,7 @@ from tests.support.kafka_io import fold, read_partition
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
 from worker.assignment.task_id import TaskId
+from worker.events import MEMBERSHIP_ASSIGNED, MEMBERSHIP_STALE_MEMBER_REMOVED
 from worker.examples import payments as app
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
@@ -75,11 +76,9 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
     # The restart removed the killed run's member from the group before joining, so its
     # first assignment already holds every task (none left to the dead member).
     events = w.log_events()
-    removed = [
-        i for i, e in enumerate(events) if e.get("event") == "membership.stale_member_removed"
-    ]
+    removed = [i for i, e in enumerate(events) if e.get("event") == MEMBERSHIP_STALE_MEMBER_REMOVED]
     assert len(removed) == 1 and events[removed[0]]["error"] is None
-    first = next(e for e in events[removed[0] :] if e.get("event") == "membership.assigned")
+    first = next(e for e in events[removed[0] :] if e.get("event") == MEMBERSHIP_ASSIGNED)
     assert len(first["active"]) == PARTITIONS
     expected_totals, expected_alerts = data.reference()
     wait_until(

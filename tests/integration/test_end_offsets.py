@@ -10,7 +10,8 @@ from confluent_kafka import Producer
 
 from tests.support.waiting import wait_until
 from worker.config import Settings
-from worker.kafka.clients import Admin, TopicSpec, WatermarkReader
+from worker.kafka.admin import Admin, TopicSpec
+from worker.kafka.consumers import WatermarkReader
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,9 @@ from tests.integration.stuck_app import HANG, MARKER, TOPIC_ENV
 from tests.support.waiting import wait_until
 from worker.config import load
 from worker.dev.processes import WorkerProcess
-from worker.kafka.clients import Admin, TopicSpec, fetch_high_watermarks
+from worker.events import MEMBERSHIP_CLOSED, WORKER_SHUTDOWN_TIMEOUT, WORKER_STOPPED
+from worker.kafka.admin import Admin, TopicSpec
+from worker.kafka.consumers import fetch_high_watermarks
 from worker.kafka.loader import produce_records
 from worker.serde import STR
 from worker.state.checkpoint import read_checkpoint
@@ -110,9 +112,9 @@ def test_sigterm_commits_writes_checkpoints_leaves_and_the_next_start_restores_n
     assert set(hammer.codes) <= {200, 404, 503}
 
     events = worker.log_events()
-    stopped = [e for e in events if e.get("event") == "worker.stopped"]
+    stopped = [e for e in events if e.get("event") == WORKER_STOPPED]
     assert stopped and stopped[-1]["clean"] is True
-    assert any(e.get("event") == "membership.closed" and e.get("left") for e in events)
+    assert any(e.get("event") == MEMBERSHIP_CLOSED and e.get("left") for e in events)
 
     application_id = worker_factory.application_id
     assert task_dirs(worker, application_id) == [f"0_{p}" for p in range(PARTITIONS)]
@@ -169,7 +171,7 @@ def test_a_stop_that_cannot_finish_is_cut_off_by_the_shutdown_timeout(
     took = time.monotonic() - started
     assert code == 1
     assert 1.9 <= took < 10
-    timeouts = [e for e in worker.log_events() if e.get("event") == "worker.shutdown_timeout"]
+    timeouts = [e for e in worker.log_events() if e.get("event") == WORKER_SHUTDOWN_TIMEOUT]
     assert timeouts and timeouts[0]["timeout_ms"] == 2000
 
 

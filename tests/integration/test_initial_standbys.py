@@ -10,6 +10,7 @@ from tests.support.kafka_io import read_partition
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
 from worker.dev.processes import WorkerProcess
+from worker.events import INITIAL_STANDBY_RECYCLED, MEMBERSHIP_STARTED, TASK_WIPED, WORKER_STARTING
 from worker.examples import payments as app
 
 pytestmark = pytest.mark.integration
@@ -86,11 +87,11 @@ def test_a_corrupt_task_directory_is_wiped_before_the_join_and_restored(own_brok
     w.wait_ready(90)
 
     events = [e for e in w.log_events() if e.get("event")]
-    last_run = events[max(i for i, e in enumerate(events) if e["event"] == "worker.starting") :]
+    last_run = events[max(i for i, e in enumerate(events) if e["event"] == WORKER_STARTING) :]
     names = [e["event"] for e in last_run]
-    wiped = [e for e in last_run if e["event"] == "task.wiped"]
+    wiped = [e for e in last_run if e["event"] == TASK_WIPED]
     assert [e["task_id"] for e in wiped] == ["0_1"]
-    assert names.index("task.wiped") < names.index("membership.started"), "found before the join"
+    assert names.index(TASK_WIPED) < names.index(MEMBERSHIP_STARTED), "found before the join"
     assert w.metric("worker_state_wipes_total", reason="corrupt_store") == 1
     assert w.metric("worker_initial_standbys_recycled_total") == 4
     assert w.metric("worker_restored_records_total", task="0_1", store=app.TOTALS) > 0
@@ -139,7 +140,7 @@ def test_an_initial_standby_assigned_elsewhere_is_closed_and_later_cleaned(
     # standby of each withheld task, and promotes those a round later. Which of the two
     # a sees is a race in the test broker between a's SyncGroup and b's follow-up join
     # (a loaded machine tips it), so both are accepted; the recycled tasks are not.
-    recycled = [e for e in a.log_events() if e.get("event") == "initial_standby.recycled"]
+    recycled = [e for e in a.log_events() if e.get("event") == INITIAL_STANDBY_RECYCLED]
     assert {e["task_id"] for e in recycled} == kept, recycled
     assert a.metric("worker_initial_standbys_recycled_total") == 2
     assert {e["into"] for e in recycled} <= {"active", "standby"}, recycled

@@ -23,7 +23,7 @@ from worker.dev import history, sample_data
 from worker.dev.processes import WorkerProcess
 from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.loader import read_topic
 from worker.partitioner import partition_for
 from worker.state.rocksdb_env import RocksDBEnv

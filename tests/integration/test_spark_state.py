@@ -28,7 +28,7 @@ from worker.dev.broker import EmbeddedBroker
 from worker.dev.processes import WorkerProcess
 from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 

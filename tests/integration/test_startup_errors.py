@@ -154,3 +154,15 @@ def test_a_missing_changelog_is_created_unless_creation_is_off(own_broker, worke
     topic = admin.list_topics(changelog, timeout=10).topics[changelog]
     assert topic.error is None and len(topic.partitions) == 4
     assert created.terminate() == 0
+
+
+@pytest.mark.parametrize("value", ["now", "no_such_module_xyz:extract", "os:no_such_attr"])
+def test_a_timestamp_extractor_that_does_not_load_exits_2_naming_the_key(tmp_path, value):
+    result = _run(
+        ["start", "--state-dir", str(tmp_path), "--set", f"timestamp.extractor={value}"],
+        tmp_path,
+    )
+    assert result.returncode == 2
+    (line,) = _error_lines(result)
+    assert "timestamp.extractor" in line
+    assert not (tmp_path / "payments-app").exists(), "nothing may start on a bad config"

@@ -139,7 +139,9 @@ def test_the_worker_processes_or_skips_any_bytes_on_the_example_apps_topics(
 
     assert all(t.state is TaskState.RUNNING for t in h.manager.tasks.values())
     ends = {tp: h.consumer.end_offset(tp) for tp in h.consumer.logs}
-    assert {tp: h.committer.offsets.get(tp) for tp in ends} == ends, "committed past every record"
+    assert {tp: h.group_offsets.offsets.get(tp) for tp in ends} == ends, (
+        "committed past every record"
+    )
 
 
 # -- the query path ------------------------------------------------------------------

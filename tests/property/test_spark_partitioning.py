@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from tests.support.waiting import wait_until
 from worker.config import load
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.admin import Admin, TopicSpec
 from worker.partitioner import partition_for
 from worker.serde import BYTES, JSON, STR, Serde
 from worker.spark.encoding import TableEncoder

@@ -13,12 +13,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.availability import (
-    _allowed,
-    _moves,
-    _replay,
-    _worker_timeline,
-)
+from benchmarks.availability import _allowed
+from benchmarks.availability_owners import moved_tasks, replay, worker_timeline
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
 
@@ -57,12 +53,12 @@ def test_a_killed_owners_tasks_move_to_their_standbys_and_the_rest_stay() -> Non
         applied(3.0, ["0_2"], standby=["0_0", "0_1"]),
     ]
     timelines = {
-        "w1": _worker_timeline("w1", w1, []),
-        "w2": _worker_timeline("w2", w2, [T0 + 14.0]),
+        "w1": worker_timeline("w1", w1, []),
+        "w2": worker_timeline("w2", w2, [T0 + 14.0]),
     }
     assert timelines["w1"].rounds == [(T0, T0 + 3.0), (T0 + 20.0, T0 + 23.0)]
 
-    moves = _moves(_replay(timelines), timelines, T0 + 14.0, T0 + 30.0)
+    moves = moved_tasks(replay(timelines), timelines, T0 + 14.0, T0 + 30.0)
 
     assert set(moves) == {"0_2"}
     move = moves["0_2"]
@@ -82,9 +78,9 @@ def test_a_cooperative_move_is_handed_over_in_the_follow_up_round() -> None:
         applied(5.5, ["0_1"]),
     ]
     w2 = [applied(-10.0, ["0_0", "0_1"]), applied(3.0, ["0_0"])]
-    timelines = {"w1": _worker_timeline("w1", w1, []), "w2": _worker_timeline("w2", w2, [])}
+    timelines = {"w1": worker_timeline("w1", w1, []), "w2": worker_timeline("w2", w2, [])}
 
-    moves = _moves(_replay(timelines), timelines, T0 + 0.5, T0 + 10.0)
+    moves = moved_tasks(replay(timelines), timelines, T0 + 0.5, T0 + 10.0)
 
     assert set(moves) == {"0_1"}  # 0_0 stayed on w2 through both rounds
     assert (moves["0_1"].before, moves["0_1"].after) == ("w2", "w1")
@@ -109,13 +105,13 @@ def test_a_restarted_worker_taking_back_its_tasks_had_them_as_local_state() -> N
         applied(14.0, ["0_1"]),
     ]
     timelines = {
-        "w1": _worker_timeline("w1", w1, [T0 + 5.0]),
-        "w2": _worker_timeline("w2", w2, []),
+        "w1": worker_timeline("w1", w1, [T0 + 5.0]),
+        "w2": worker_timeline("w2", w2, []),
     }
-    takeovers = _replay(timelines)
+    takeovers = replay(timelines)
 
-    on_stop = _moves(takeovers, timelines, T0 + 4.0, T0 + 9.0)
-    on_start = _moves(takeovers, timelines, T0 + 9.0, T0 + 20.0)
+    on_stop = moved_tasks(takeovers, timelines, T0 + 4.0, T0 + 9.0)
+    on_start = moved_tasks(takeovers, timelines, T0 + 9.0, T0 + 20.0)
 
     assert (on_stop["0_0"].before, on_stop["0_0"].after, on_stop["0_0"].had) == (
         "w1",
@@ -145,5 +141,5 @@ def test_rounds_end_at_the_assignment_and_a_new_run_starts_afresh() -> None:
         line(9.0, "membership.assigned", active=["0_0"], revoked=[]),
         line(9.0, "membership.transition", src="syncing", dst="stable"),
     ]
-    assert _worker_timeline("a", follow_up, []).rounds == [(T0, T0 + 3.0), (T0 + 3.1, T0 + 6.0)]
-    assert _worker_timeline("b", restarted, []).rounds == [(T0 + 5.0, T0 + 9.0)]
+    assert worker_timeline("a", follow_up, []).rounds == [(T0, T0 + 3.0), (T0 + 3.1, T0 + 6.0)]
+    assert worker_timeline("b", restarted, []).rounds == [(T0 + 5.0, T0 + 9.0)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from benchmarks import profiling, restore, throughput
 
-LOOP = "ProcessingLoop.run (worker/runtime/loop.py:60)"
+LOOP = "Worker._run_loop (worker/runtime/worker.py:190)"
 
 
 def stack(*frames: str, count: int, thread: str = "thread (1): MainThread") -> str:
@@ -18,7 +18,7 @@ def test_each_sample_goes_to_the_first_category_that_claims_it(tmp_path: Path) -
     raw.write_text(
         "\n".join(
             [
-                stack(LOOP, "DataConsumer.consume (worker/kafka/clients.py:330)", count=10),
+                stack(LOOP, "DataConsumer.consume (worker/kafka/consumers.py:330)", count=10),
                 stack(
                     LOOP,
                     "RecordRouter.process (worker/tasks/router.py:50)",
@@ -28,7 +28,7 @@ def test_each_sample_goes_to_the_first_category_that_claims_it(tmp_path: Path) -
                 stack(
                     LOOP,
                     "TaskCommitter.commit (worker/tasks/committer.py:45)",
-                    "DataConsumer.consume (worker/kafka/clients.py:330)",
+                    "DataConsumer.consume (worker/kafka/consumers.py:330)",
                     count=5,
                 ),
                 stack(LOOP, "RecordRouter.process (worker/tasks/router.py:50)", count=15),
@@ -43,7 +43,7 @@ def test_each_sample_goes_to_the_first_category_that_claims_it(tmp_path: Path) -
         profiling.Category("app", leaf_files=("worker/examples/payments.py",)),
     ]
 
-    shares = profiling.breakdown(raw, "ProcessingLoop.run", categories, rest="other")
+    shares = profiling.breakdown(raw, "Worker._run_loop", categories, rest="other")
 
     assert shares == [("commit", 0.1), ("fetch", 0.2), ("app", 0.4), ("other", 0.3)]
 

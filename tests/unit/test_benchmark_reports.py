@@ -7,16 +7,23 @@ check what the summary table would show.
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 import pytest
 
-from benchmarks import count_sum, per_record, spark_load, throughput
-from benchmarks.results import PlotPath
+from benchmarks import count_sum, per_record, report, spark_load, throughput
+from benchmarks.results import PlotPath, Result
 
 
 def plot_path(tmp_path: Path) -> PlotPath:
     return lambda name: tmp_path / f"{name}.png"
+
+
+def writes_its_template_section(result: Result) -> bool:
+    """Whether the result has every fact its section of docs/benchmarks.template.md asks for."""
+    asked = {f for _, f, _, _ in string.Formatter().parse(report.sections()[result.name]) if f}
+    return asked <= set(result.facts)
 
 
 def linear(rate: float, total: int) -> list[tuple[float, float]]:
@@ -39,7 +46,8 @@ def test_throughput_compares_the_best_worker_run_with_the_best_ceiling(tmp_path:
     assert row.measured == pytest.approx(25_000, rel=0.05)
     assert row.baseline == pytest.approx(50_000, rel=0.05)
     assert row.met is True  # at least 0.30 of the ceiling, the target
-    assert "from launch to the last record: 3.0s, 2.0s" in result.details[1]
+    assert "| worker run 1 | 10,000 | 3.0 |\n| ceiling 2 | 50,000 |  |" in result.details[0]
+    assert writes_its_template_section(result)
     assert result.plots == [tmp_path / "throughput.png"]
     assert result.plots[0].stat().st_size > 0
 
@@ -62,7 +70,10 @@ def test_count_sum_holds_the_target_against_the_large_key_space_only(tmp_path: P
     assert large_row.measured == pytest.approx(5_000, rel=0.05)
     assert large_row.baseline == pytest.approx(50_000, rel=0.05)  # the better ceiling
     assert large_row.met is False  # 0.10 of the ceiling, the target 0.20
-    assert "Commits: 5 in the measured run, 0.60s in all (0.12s each" in result.details[2]
+    (spaces,) = result.details
+    assert "| 4 | 0.20 | 0.05 | 10% |" in spaces  # 4 commits of 0.2 s over a 2 s run
+    assert "| 5 | 0.60 | 0.12 | 20% |" in spaces
+    assert writes_its_template_section(result)
     assert result.plots == [tmp_path / "count_sum.png"]
 
 
@@ -84,8 +95,12 @@ def test_per_record_compares_the_least_cpu_of_each_way_and_splits_the_workers(
     assert (row.measured, row.baseline, row.target) == (5.0, 2.0, None)
     assert row.ratio == pytest.approx(2.5)
     # The least worker run's own commit share (0.2) is the one subtracted: 5.0 - 2.0 - 0.2.
-    assert "takes 2.00 us (40%) and commits 0.20 us; the other 2.80 us" in result.details[2]
-    assert "take 1.20 us" in result.details[2]
+    runs, parts = result.details
+    assert "| worker, a processor doing nothing | 1.50 | 1.20 | 1.40 |" in runs
+    assert "| the app's own work (by hand) | 2.00 | 40% |" in parts
+    assert "| commits | 0.20 | 4% |" in parts
+    assert "| the worker's own per-record path | 2.80 | 56% |" in parts
+    assert writes_its_template_section(result)
     assert result.plots == [tmp_path / "per_record.png"]
     assert result.plots[0].stat().st_size > 0
 
@@ -107,5 +122,6 @@ def test_spark_load_rows_are_rates_of_the_same_rows(tmp_path: Path) -> None:
     job, write = result.rows
     assert (job.measured, write.measured, job.baseline) == (500.0, 2_000.0, 4_000.0)
     assert (job.ratio, write.ratio) == (0.125, 0.5)
-    assert "Spark session start-up 4.0s" in result.details[1]
+    assert "| Spark session start-up (not in the job's rate) | 4.0 |" in result.details[0]
+    assert writes_its_template_section(result)
     assert result.plots[0].stat().st_size > 0

@@ -33,6 +33,8 @@ from typing import IO, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.events import WORKER_STARTING
+
 Labels = dict[str, str]
 # Series that make no sense summed across label sets.
 _NOT_SUMMED = ("_bucket", "_created")
@@ -40,7 +42,7 @@ _HTTP_TIMEOUT = 2.0
 # Starts the line written to the log before each run (the command): not the worker's.
 START_LINE = "--- "
 # The bound HTTP port in a run's ``worker.starting`` log line.
-_STARTING = re.compile(rb'"event": ?"worker\.starting"')
+_STARTING = re.compile(rb'"event": ?"' + re.escape(WORKER_STARTING.encode()) + rb'"')
 
 # Runs in a child before it execs the real program: on Linux, ask for SIGKILL when the
 # parent dies (prctl PR_SET_PDEATHSIG = 1), so even a SIGKILLed parent leaves nothing

@@ -15,7 +15,7 @@ from typing import Any
 
 from worker.config import Settings
 from worker.examples import payments as app
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.admin import Admin, TopicSpec
 
 
 def create_example_topics(settings: Settings, partitions: int) -> None:

@@ -3,6 +3,7 @@
 ===================================  ==================================================
 ``GET /metrics``                     Prometheus text format
 ``GET /healthz``                     200 while the processing loop is alive, else 503
+                                     (:meth:`worker.runtime.status.Status.judged`)
 ``GET /readyz``                      200 when running and every active task processes;
                                      503 while starting, restoring or rebalancing
 ``GET /stores/{store}/keys/{key}``   the committed value of ``key`` (``?allow_stale=true``
@@ -11,18 +12,20 @@
 ``GET /tasks``                       this instance's tasks (kind, state, offsets, lag,
                                      unavailable seconds by cause) and the latest
                                      assignment's host maps
+``GET /routing``                     the group's routing map (binary), on the instance
+                                     that holds it (:mod:`worker.http.directory`)
 ===================================  ==================================================
 
 Runs in daemon threads with the standard library server: the endpoints are cheap, and
 the only shared data is the immutable status snapshot the processing loop publishes (and
 the stores in it, read through their thread-safe ``get_committed``). Every answer but
-``/metrics`` is JSON; errors are ``{"error": "..."}`` with a 4xx or 5xx code.
+``/metrics`` and ``/routing`` is JSON; errors are ``{"error": "..."}`` with a 4xx or 5xx
+code.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -35,8 +38,6 @@ from worker.http.queries import QueryRouter, Reply
 from worker.observability import Metrics, get_logger
 from worker.runtime.status import Status
 
-# The loop publishes a heartbeat each iteration; a loop stuck longer than this is unhealthy.
-HEALTH_STALE_SECONDS = 60.0
 # How quickly stop() returns (the server checks for shutdown this often).
 _POLL_SECONDS = 0.1
 _TRUE = frozenset({"true", "1", "yes", ""})  # a bare ?allow_stale counts as true
@@ -47,7 +48,9 @@ _log = get_logger(component="http")
 
 class HttpServer:
     """The HTTP endpoints of one worker. ``queries`` is None when there is no topology to
-    query (the interactive-query and ``/tasks`` paths then answer 404).
+    query (the interactive-query and ``/tasks`` paths then answer 404). ``status`` hands
+    out the latest snapshot with its liveness already judged (``Worker.status``): this
+    thread never reads a clock of its own.
 
     Construction binds the port: raises FatalError, naming ``http.port``, when it cannot
     (most often another worker process on the host has it: each needs its own).
@@ -96,8 +99,8 @@ class HttpServer:
         parts = urlsplit(raw_path)
         path = parts.path
         if path == "/healthz":
-            status = self._status()
-            alive = time.monotonic() - status.heartbeat < HEALTH_STALE_SECONDS
+            status = self._status()  # liveness judged by the worker, on its clock
+            alive = status.alive
             return Reply(200 if alive else 503, {"alive": alive, "state": status.state.value})
         if path == "/readyz":
             status = self._status()
@@ -112,6 +115,8 @@ class HttpServer:
         segments = path.split("/")
         if self._queries is not None and path == "/tasks":
             return self._queries.tasks()
+        if self._queries is not None and path == "/routing":
+            return self._queries.routing_map()
         if self._queries is not None and len(segments) >= 2 and segments[1] == "stores":
             origin = path + (f"?{parts.query}" if parts.query else "")  # kept for redirects
             return self._store_query(segments, parts.query, origin)
@@ -150,7 +155,10 @@ class HttpServer:
                 except Exception as exc:  # a bug: answer, log, keep serving
                     _log.exception("http.error", path=self.path)
                     reply = Reply(500, {"error": f"internal error: {type(exc).__name__}"})
-                self._json(reply.status, reply.body, reply.headers)
+                if isinstance(reply.body, bytes):
+                    self._send(reply.status, reply.body, "application/octet-stream", reply.headers)
+                else:
+                    self._json(reply.status, reply.body, reply.headers)
 
             def _json(self, code: int, body: object, headers: Mapping[str, str]) -> None:
                 self._send(code, orjson.dumps(body), "application/json", headers)

@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable
 
+from worker.events import LIBRDKAFKA_LOG
 from worker.observability import get_logger
 
 WINDOW_S = 30.0
@@ -57,7 +58,7 @@ class LibrdkafkaHandler(logging.Handler):
         self._seen[shape] = (now, 0)
         level = _LEVELS.get(record.levelno, "info")
         getattr(self._log, level)(
-            "librdkafka.log", facility=facility, message=message, repeated=repeats
+            LIBRDKAFKA_LOG, facility=facility, message=message, repeated=repeats
         )
 
 

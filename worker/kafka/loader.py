@@ -14,7 +14,7 @@ import confluent_kafka as ck
 
 from worker.config import Settings
 from worker.errors import WorkerError
-from worker.kafka.clients import base_config
+from worker.kafka.client_config import base_config
 from worker.kafka.error_classifier import is_partition_eof
 from worker.serde import Serde
 

@@ -39,10 +39,9 @@ of kafka-python's private API is in :mod:`worker.kafka.group_coordinator`.
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import kafka.errors as kerrors
@@ -50,8 +49,7 @@ from kafka import KafkaConsumer
 from kafka.future import Future
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from worker.assignment import planner
-from worker.assignment.model import Assignment, Subscription
+from worker.assignment.model import Subscription
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
@@ -59,128 +57,19 @@ from worker.errors import (
     FatalError,
     RebalanceInProgress,
 )
+from worker.events import (
+    MEMBERSHIP_ASSIGNED,
+    MEMBERSHIP_CLOSED,
+    MEMBERSHIP_STALE_MEMBER_REMOVED,
+    MEMBERSHIP_STARTED,
+)
 from worker.kafka import group_coordinator
 from worker.kafka.error_classifier import group_error, join_can_be_retried
+from worker.kafka.member_config import kafka_python_config, planner_config
+from worker.kafka.member_states import ALLOWED, Assigned, Lost, MembershipEvent, MemberState
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
-
-# librdkafka pass-through keys kafka-python understands, and what it calls them.
-_PASSTHROUGH = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "client.id": "client_id",
-}
-_UPPERCASE = {"security_protocol", "sasl_mechanism"}
-
-
-def kafka_python_config(settings: Settings) -> dict[str, Any]:
-    """Consumer settings for the group member, from our settings and the pass-through.
-
-    Only the security and identity keys of the librdkafka pass-through apply here (it is
-    a different client); the rest are ignored and their names logged, never their values.
-    """
-    config: dict[str, Any] = {
-        "bootstrap_servers": [s.strip() for s in settings.bootstrap_servers.split(",")],
-        "client_id": f"{settings.application_id}-membership",
-        "group_id": settings.application_id,
-        "group_instance_id": settings.group_instance_id or None,
-        "session_timeout_ms": settings.session_timeout_ms,
-        "heartbeat_interval_ms": settings.heartbeat_interval_ms,
-        "max_poll_interval_ms": settings.max_poll_interval_ms,
-        "enable_auto_commit": False,
-        # Under exactly-once kafka-python then fetches committed offsets with KIP-447's
-        # require_stable: on Kafka the offsets of a transaction are materialised after
-        # commit_transaction returns, and a fetch in between (a revival right after a
-        # commit) would get the previous ones and reprocess committed input. The broker
-        # answers UNSTABLE_OFFSET_COMMIT until they are, and kafka-python retries.
-        "isolation_level": "read_committed" if settings.exactly_once else "read_uncommitted",
-        "allow_auto_create_topics": False,
-        "metrics_enabled": False,
-        # kafka-python backs off reconnects up to 30 s by default: after an outage the
-        # member would find the coordinator up to 30 s after the broker came back (seen).
-        "reconnect_backoff_max_ms": 2000,
-    }
-    ignored = []
-    for key, value in settings.kafka_passthrough().items():
-        name = _PASSTHROUGH.get(key)
-        if name is None and key == "ssl.endpoint.identification.algorithm":
-            config["ssl_check_hostname"] = value.lower() == "https"
-        elif name is None:
-            ignored.append(key)
-        else:
-            config[name] = value.upper() if name in _UPPERCASE else value
-    if ignored:
-        get_logger(component="membership").info(
-            "membership.config_ignored", keys=sorted(ignored), reason="not used by kafka-python"
-        )
-    return config
-
-
-def planner_config(settings: Settings) -> planner.PlannerConfig:
-    """The leader's KIP-441 knobs from our settings."""
-    return planner.PlannerConfig(
-        num_standby_replicas=settings.num_standby_replicas,
-        max_warmup_replicas=settings.max_warmup_replicas,
-        acceptable_recovery_lag=settings.acceptable_recovery_lag,
-        probing_rebalance_interval_ms=settings.probing_rebalance_interval_ms,
-    )
-
-
-class MemberState(enum.Enum):
-    UNJOINED = "unjoined"
-    JOINING = "joining"
-    SYNCING = "syncing"
-    REVOKING = "revoking"
-    STABLE = "stable"
-    LEFT = "left"
-
-
-_M = MemberState
-# JOINING may end without a SYNCING seen: the state is sampled at each poll, and a broker
-# may answer a rejoin with the current generation at once.
-ALLOWED: dict[MemberState, frozenset[MemberState]] = {
-    _M.UNJOINED: frozenset({_M.JOINING, _M.LEFT}),
-    _M.JOINING: frozenset({_M.SYNCING, _M.STABLE, _M.REVOKING, _M.UNJOINED, _M.LEFT}),
-    _M.SYNCING: frozenset({_M.STABLE, _M.REVOKING, _M.JOINING, _M.UNJOINED, _M.LEFT}),
-    _M.REVOKING: frozenset({_M.JOINING, _M.UNJOINED, _M.LEFT}),
-    _M.STABLE: frozenset({_M.JOINING, _M.UNJOINED, _M.LEFT}),
-    _M.LEFT: frozenset(),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Assigned:
-    """A new assignment for this member (``generation`` filled in).
-
-    ``revoked``: the actives this member owned and no longer does. The runtime commits
-    and hands them over (recycled into a standby where the assignment keeps one, else
-    closed) while handling this message; the member joins again at its next ``poll``.
-    """
-
-    assignment: Assignment
-    revoked: frozenset[TaskId]
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """The group went on without this member (its session expired, or it was fenced).
-
-    Every active it owned may already run elsewhere: its uncommitted work is void. The
-    member joins again by itself.
-    """
-
-    tasks: frozenset[TaskId]
-
-
-MembershipEvent = Assigned | Lost
 
 
 class GroupMember:
@@ -271,11 +160,11 @@ class GroupMember:
                 self._settings.session_timeout_ms,
             )
             self._log.info(
-                "membership.stale_member_removed", member_id=stale_member_id, error=error or None
+                MEMBERSHIP_STALE_MEMBER_REMOVED, member_id=stale_member_id, error=error or None
             )
         consumer.subscribe(topics=self._topics)
         self._consumer = consumer
-        self._log.info("membership.started", topics=self._topics)
+        self._log.info(MEMBERSHIP_STARTED, topics=self._topics)
 
     @property
     def generation(self) -> int:
@@ -377,7 +266,7 @@ class GroupMember:
         self._pending_moves = assignment.pending_moves
         self._metrics.rebalances.inc()
         self._log.info(
-            "membership.assigned",
+            MEMBERSHIP_ASSIGNED,
             generation=assignment.generation,
             active=sorted(map(str, assignment.active)),
             revoked=sorted(map(str, revoked)),
@@ -496,7 +385,7 @@ class GroupMember:
                 group_coordinator.close_without_leaving(consumer)
         except Exception as exc:  # closing must not mask the caller's error
             self._log.warning("membership.close_failed", error=repr(exc))
-        self._log.info("membership.closed", left=leave)
+        self._log.info(MEMBERSHIP_CLOSED, left=leave)
 
     def _finish_join(self) -> None:
         """Wait (on the join's own completion, bounded) for a join under way to end."""

@@ -17,7 +17,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from worker.config import Settings
-from worker.kafka.clients import base_config
+from worker.kafka.client_config import base_config
 from worker.kafka.error_classifier import is_partition_eof
 from worker.kafka.loader import LoadFailed
 

@@ -25,7 +25,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from worker.config import Settings
-from worker.kafka.clients import base_config
+from worker.kafka.client_config import base_config
 from worker.kafka.error_classifier import ends_the_client
 from worker.kafka.loader import LoadFailed
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.errors import KafkaUnavailable, TopologyError
-from worker.kafka.clients import Admin, TopicSpec
+from worker.kafka.admin import Admin, TopicSpec
 from worker.processing.topology import BuiltTopology
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}

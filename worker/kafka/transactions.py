@@ -17,7 +17,7 @@ import contextlib
 import ctypes
 import enum
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,8 +26,8 @@ import confluent_kafka as ck
 from worker.assignment.task_id import TP
 from worker.config import Settings
 from worker.errors import FatalError, ProducerFenced, TransactionAborted, WorkerError
-from worker.kafka.clients import RecordCollector
-from worker.kafka.error_classifier import abort_can_be_retried, transaction_error
+from worker.kafka.collector import Deliveries, RecordCollector, producer_config
+from worker.kafka.error_classifier import abort_can_be_retried, kafka_error, transaction_error
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 
@@ -108,21 +108,36 @@ TXN_ALLOWED: dict[TxnState, frozenset[TxnState]] = {
 }
 
 
-class TransactionalCollector(RecordCollector):
-    """The record collector under exactly_once_v2: everything it sends between two commits
-    is one transaction, opened lazily by the first record (or by the commit itself).
+def exactly_once_collector(
+    settings: Settings, transactional_id: str, metrics: Metrics | None = None
+) -> tuple[RecordCollector, TransactionalProducer]:
+    """The record collector under exactly_once_v2 and the producer it writes through:
+    sink records go in the same transactions as the changelogs, so one producer carries
+    both, with the whole queue."""
+    deliveries = Deliveries()
+    producer = TransactionalProducer(settings, transactional_id, deliveries, metrics)
+    return RecordCollector(producer, producer, deliveries), producer
 
-    ``commit`` flushes, adds the source offsets with the member's group metadata and
-    commits; any failure aborts what can be aborted and raises TransactionAborted, or
-    ProducerFenced when the producer is dead: it is then replaced, and the new one's
-    ``init_transactions`` bumps the epoch, fencing whatever the old one might still send.
-    The producer's lifecycle is :class:`TxnState` (``transaction.transition`` at debug).
+
+class TransactionalProducer:
+    """A confluent-kafka producer under exactly_once_v2: everything it is handed between
+    two commits is one transaction, opened lazily by the first record (or by the commit).
+
+    It keeps the ``Producer`` API the collector calls (``produce``, ``poll``, ``flush``)
+    and adds the transaction: ``commit`` flushes, checks every delivery report, adds the
+    source offsets with the member's group metadata and commits; any failure aborts what
+    can be aborted and raises TransactionAborted, or ProducerFenced when the producer is
+    dead: it is then replaced, and the new one's ``init_transactions`` bumps the epoch,
+    fencing whatever the old one might still send. The lifecycle is :class:`TxnState`
+    (``transaction.transition`` at debug). Single-threaded: the processing thread.
     """
 
-    separate_sinks = False  # sink records go in the same transactions as the changelogs
-
     def __init__(
-        self, settings: Settings, transactional_id: str, metrics: Metrics | None = None
+        self,
+        settings: Settings,
+        transactional_id: str,
+        deliveries: Deliveries,
+        metrics: Metrics | None = None,
     ) -> None:
         extra = {"transactional.id": transactional_id}
         # librdkafka 2.16 re-bootstraps once every known broker has failed (a broker
@@ -132,7 +147,9 @@ class TransactionalCollector(RecordCollector):
         # A setting given for the producer (kafka.* pass-through) still wins.
         if "metadata.recovery.strategy" not in settings.kafka_passthrough():
             extra["metadata.recovery.strategy"] = "none"
-        super().__init__(settings, extra)
+        self._config = producer_config(settings, deliveries, producers=1, extra=extra)
+        self._deliveries = deliveries
+        self._producer = ck.Producer(self._config)
         self._timeout = settings.commit_timeout_s
         self._fsm = StateMachine(
             "transaction",
@@ -147,6 +164,29 @@ class TransactionalCollector(RecordCollector):
     @property
     def state(self) -> TxnState:
         return self._fsm.state
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        """``Producer.produce`` inside the open transaction (opening one first).
+
+        Raises TransactionAborted when no transaction can be opened, ProducerFenced when
+        the producer is dead; BufferError and the record's own errors as ``ck.Producer``
+        does, for the collector to handle.
+        """
+        if self._fsm.state is not TxnState.IN_TRANSACTION:
+            self._begin()
+        try:
+            self._producer.produce(*args, **kwargs)
+        except ck.KafkaException as exc:
+            error = kafka_error(exc)
+            if error is not None and error.fatal():
+                raise ProducerFenced(f"produce: {error}") from exc
+            raise
+
+    def poll(self, timeout: float) -> int:
+        return int(self._producer.poll(timeout))
+
+    def flush(self, timeout: float) -> int:
+        return int(self._producer.flush(timeout))
 
     def _init(self) -> None:
         """``init_transactions``; one that timed out (broker away) is resumed by calling it
@@ -182,34 +222,19 @@ class TransactionalCollector(RecordCollector):
             raise transaction_error(exc, "begin_transaction") from exc
         self._fsm.transition(TxnState.IN_TRANSACTION)
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
-        self._begin()
-        super().send(topic, key, value, headers)
-
-    def send_changelog(
-        self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
-    ) -> None:
-        self._begin()
-        super().send_changelog(topic, partition, records)
-
-    def _produce(self, *args: Any, **kwargs: Any) -> None:
-        """Send inside the open transaction (opening one first). Raises TransactionAborted
-        when no transaction can be opened, ProducerFenced when the producer is dead.
-        ``send`` and ``send_changelog`` open it first too, then call the producer
-        directly; their errors come here."""
-        self._begin()
-        try:
-            super()._produce(*args, **kwargs)
-        except FatalError as exc:
-            raise ProducerFenced(f"produce: {exc}") from exc
-
     def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
-        """Commit everything sent since the last commit together with ``offsets``."""
+        """Commit everything produced since the last commit together with ``offsets``:
+
+        1. open the transaction if no record did;
+        2. flush, and check that every record was acknowledged;
+        3. add the source offsets with the member's group metadata;
+        4. commit the transaction.
+        """
         if not offsets and self._fsm.state is not TxnState.IN_TRANSACTION:
             return
         self._begin()
         try:
-            self.flush(self._timeout)
+            self._deliveries.check(self._producer.flush(self._timeout), self._timeout)
             if offsets:
                 positions = [ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
                 self._producer.send_offsets_to_transaction(positions, group_metadata, self._timeout)
@@ -254,7 +279,7 @@ class TransactionalCollector(RecordCollector):
             # (_PURGE_QUEUE) are served now, so that they do not fail the next flush.
             self._producer.poll(0)
             self._fsm.transition(TxnState.READY, "aborted")
-        self._errors.clear()
+        self._deliveries.forget_failures()
         return "done"
 
     def _replace_producer(self, reason: str) -> None:
@@ -268,9 +293,9 @@ class TransactionalCollector(RecordCollector):
         with contextlib.suppress(ck.KafkaException, RuntimeError):
             self._producer.purge(in_queue=True, in_flight=True, blocking=False)
             self._producer.poll(0)
-        self._errors.clear()
+        self._deliveries.forget_failures()
         if self._fsm.state is not TxnState.UNINITIALISED:
             self._fsm.transition(TxnState.UNINITIALISED, f"producer replaced: {reason}")
-        self._producer = self._sink_producer = ck.Producer(self._config)
+        self._producer = ck.Producer(self._config)
         with contextlib.suppress(TransactionAborted):
             self._init()  # the broker is away: the next transaction's _begin tries again

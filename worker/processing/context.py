@@ -8,22 +8,47 @@ thread-safe and must not be kept.
 
 This module is the per-record path of every processor call (issue 8): store access is
 one dict lookup (what a node may use is resolved once, when the graph is built), and the
-built-in serdes are called as the C functions behind them (``worker.serde.fast_*``).
+built-in serdes are called as the C functions behind them (``worker.serde.Codec``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from worker.errors import TopologyError
-from worker.serde import Serde, SerdeError, fast_deserializer, fast_serializer
+from worker.serde import Codec, Serde, SerdeError
+
+Lookup = Callable[[bytes, object], object]
+
+
+class ReadPath(Protocol):
+    """A store's read as three calls a view makes inline: ``buffered(key, default)`` and
+    ``cached(key, default)`` return ``default`` when the key is not there (``None`` there
+    is an answer: absent), then ``miss(key)`` reads the store itself.
+
+    Valid for the store's whole life (``worker.state.read_path.ReadPath`` states how the
+    store keeps it so); a view takes its three calls once, when it is built.
+    """
+
+    @property
+    def buffered(self) -> Lookup: ...
+
+    @property
+    def cached(self) -> Lookup: ...
+
+    @property
+    def miss(self) -> Callable[[bytes], bytes | None]: ...
 
 
 class RawStore(Protocol):
     """The byte-level store a view wraps (worker.state.store.Store satisfies it)."""
 
     def get(self, key: bytes) -> bytes | None: ...
+
+    def read_path(self) -> ReadPath:
+        """:meth:`get` as a :class:`ReadPath`: the same object for the store's life."""
+        ...
 
     def put(self, key: bytes, value: bytes) -> None: ...
 
@@ -51,24 +76,26 @@ class Record(Protocol):
 _MISSING = object()
 
 
-def _no_lookup(key: bytes, default: object) -> object:
-    """A raw store without a read path (a test's): every read goes to its ``get``."""
-    return default
-
-
 class KeyValueStore:
     """A store as processors use it: Python keys and values through the store's serdes.
 
     Reads see this task's uncommitted writes; the writes reach RocksDB and the changelog
     together at the next commit.
+
+    Keys are encoded by :meth:`_raw_key` alone, values by the value :class:`Codec`.
+    ``get`` and ``put`` run every store access of every record, and a Python call per
+    access was a measurable part of the per-record cost (issues 8 and 14), so they inline
+    the common case: the C function for a value other than None, the store's
+    :class:`ReadPath`. Anything else (a None key, a C function that raised or gave None)
+    goes to ``_raw_key`` or the codec, so the rule itself is written once;
+    tests/property/test_store_views.py holds both paths to what the serdes say.
     """
 
     __slots__ = (
         "name",
-        "_raw",
-        "_kser",
-        "_vser",
         "_read_only",
+        "_keys",
+        "_values",
         "_encode_key",
         "_encode_value",
         "_decode_value",
@@ -83,36 +110,29 @@ class KeyValueStore:
         self, name: str, raw: RawStore, key_serde: Serde, value_serde: Serde, read_only: bool
     ) -> None:
         self.name = name
-        self._raw = raw
-        self._kser = key_serde
-        self._vser = value_serde
         self._read_only = read_only
-        self._encode_key = fast_serializer(key_serde, kept=True)
-        self._encode_value = fast_serializer(value_serde, kept=True)
-        self._decode_value = fast_deserializer(value_serde)
-        read_path = getattr(raw, "read_path", None)  # a Store's; see its read_path
-        if read_path is None:
-            self._buffered, self._cached, self._miss = _no_lookup, _no_lookup, raw.get
-        else:
-            self._buffered, self._cached, self._miss = read_path()
+        self._keys = Codec(key_serde, kept=True)
+        self._values = Codec(value_serde, kept=True)
+        self._encode_key = self._keys.fast_encode
+        self._encode_value = self._values.fast_encode
+        self._decode_value = self._values.fast_decode
+        read_path = raw.read_path()
+        self._buffered, self._cached, self._miss = (
+            read_path.buffered,
+            read_path.cached,
+            read_path.miss,
+        )
         self._raw_put = raw.put
         self._raw_delete = raw.delete
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or None. Raises SerdeError for a key that encodes to nothing."""
-        # The key's encoding and the store's lookups are written out here (and the encoding
-        # in put), not called: a Python call per store access was a measurable part of the
-        # per-record cost.
-        raw_key: Any
-        if key is None:
-            raw_key = self._key_of_none()
-        else:
-            try:
-                raw_key = self._encode_key(key)
-            except Exception:
-                raw_key = self._kser.serialize(key)
-            if raw_key is None:
-                self._no_key()
+        try:
+            raw_key = self._encode_key(key) if key is not None else None
+        except Exception:
+            raw_key = None
+        if raw_key is None:
+            raw_key = self._raw_key(key)
         data: Any = self._buffered(raw_key, _MISSING)
         if data is _MISSING:
             data = self._cached(raw_key, _MISSING)
@@ -123,7 +143,7 @@ class KeyValueStore:
         try:
             return self._decode_value(data)
         except Exception:
-            return self._vser.deserialize(data)  # the serde's own error, or its result
+            return self._values.decode(data)
 
     def put(self, key: Any, value: Any) -> None:
         """Write ``value`` for ``key``; ``None`` deletes it."""
@@ -132,46 +152,29 @@ class KeyValueStore:
             return
         if self._read_only:
             self._check_writable()
-        raw_key: Any
-        if key is None:
-            raw_key = self._key_of_none()
-        else:
-            try:
-                raw_key = self._encode_key(key)
-            except Exception:
-                raw_key = self._kser.serialize(key)
-            if raw_key is None:
-                self._no_key()
+        try:
+            raw_key = self._encode_key(key) if key is not None else None
+        except Exception:
+            raw_key = None
+        if raw_key is None:
+            raw_key = self._raw_key(key)
         try:
             data = self._encode_value(value)
         except Exception:
-            data = self._vser.serialize(value)
+            data = self._values.encode(value)
         self._raw_put(raw_key, data)
 
     def delete(self, key: Any) -> None:
         self._check_writable()
-        self._raw_delete(self._key(key))
+        self._raw_delete(self._raw_key(key))
 
-    def _key(self, key: Any) -> bytes:
-        if key is None:
-            return self._key_of_none()
-        try:
-            data = self._encode_key(key)
-        except Exception:
-            data = self._kser.serialize(key)
+    def _raw_key(self, key: Any) -> bytes:
+        """``key`` as the store holds it: the key codec's result, never None (a record
+        with a null key usually has none to store under)."""
+        data = self._keys.encode(key)
         if data is None:
-            self._no_key()
-        return data  # type: ignore[no-any-return]
-
-    def _key_of_none(self) -> bytes:
-        """A None key (a null-key record) as the key serde encodes it; usually nothing."""
-        data = self._kser.serialize(None)
-        if data is None:
-            self._no_key()
-        return data  # type: ignore[return-value]
-
-    def _no_key(self) -> NoReturn:
-        raise SerdeError(f"store {self.name!r}: a key cannot be None")
+            raise SerdeError(f"store {self.name!r}: a key cannot be None")
+        return data
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -212,15 +215,28 @@ class RecordSink(Protocol):
 
 
 class ProcessorContext:
-    """Per-task context handed to every processor call."""
+    """Per-task context handed to every processor call.
 
-    __slots__ = ("task_id", "_record", "_nodes", "_node")
+    Two slots belong to the task graph, its only writer (plain attributes, not setters:
+    it writes them once per record and once per node called):
+
+    ``current_record``
+        The record being processed, as the consumer fetched it; the metadata properties
+        (``topic``, ``offset``...) read it when a processor asks. Before the first
+        record, a stand-in with empty metadata.
+    ``current_node``
+        The node being run: :meth:`store` resolves names among its stores and
+        :meth:`forward` reaches its children, pointing this slot at each child while
+        the child runs.
+    """
+
+    __slots__ = ("task_id", "current_record", "current_node", "_nodes")
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
-        self._record: Record = _NO_RECORD
+        self.current_record: Record = _NO_RECORD
+        self.current_node = Node("", {})
         self._nodes: dict[str, Node] = {}
-        self._node = Node("", {})
 
     def wire(self, nodes: Mapping[str, Node]) -> None:
         """Called once by the task graph: every node by name, children and stores set."""
@@ -228,55 +244,55 @@ class ProcessorContext:
 
     @property
     def topic(self) -> str:
-        return self._record.topic() or ""
+        return self.current_record.topic() or ""
 
     @property
     def partition(self) -> int:
-        partition = self._record.partition()
+        partition = self.current_record.partition()
         return -1 if partition is None else partition
 
     @property
     def offset(self) -> int:
-        offset = self._record.offset()
+        offset = self.current_record.offset()
         return -1 if offset is None else offset
 
     @property
     def timestamp(self) -> int:
-        return self._record.timestamp()[1]
+        return self.current_record.timestamp()[1]
 
     @property
     def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._record.headers()
+        return self.current_record.headers()
 
     def store(self, name: str) -> KeyValueStore:
         """The store ``name``, if the current processor declared it."""
         try:
-            return self._node.stores[name]
+            return self.current_node.stores[name]
         except KeyError:
             raise TopologyError(
-                f"processor {self._node.name!r} did not declare store {name!r}"
+                f"processor {self.current_node.name!r} did not declare store {name!r}"
             ) from None
 
     def forward(self, key: Any, value: Any, to: str | None = None) -> None:
         """Pass a record to the current node's children (or only to child ``to``)."""
-        node = self._node
+        node = self.current_node
         if to is None:
             for child in node.children:
-                self._node = child
+                self.current_node = child
                 try:
                     child.call(key, value)
                 finally:
-                    self._node = node
+                    self.current_node = node
             return
         found = False
         for child in node.children:
             if child.name == to:
                 found = True
-                self._node = child
+                self.current_node = child
                 try:
                     child.call(key, value)
                 finally:
-                    self._node = node
+                    self.current_node = node
         if not found:
             raise TopologyError(f"{node.name!r} has no child {to!r}")
 

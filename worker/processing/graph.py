@@ -3,7 +3,8 @@
 Built once per task. The per-record path (issues 8 and 14) is one closure per source,
 fetched once per run of records from one partition (:meth:`TaskGraph.runner`) and called
 with the consumer's own ``Message`` (it already has the methods of :class:`Record`): a
-size check, the two deserialisations as the C functions behind the built-in serdes, and
+size check, the two deserialisations as the C functions behind the built-in serdes
+(inline, with everything but the common case handed to ``worker.serde.Codec``), and
 direct calls down the graph, with no allocation beyond what the user's code does.
 Record metadata is read from the record itself only when a processor asks for it. Bad
 input leaves that path only when it happens: the ``try`` around the deserialisation
@@ -28,7 +29,7 @@ from worker.processing.context import (
 )
 from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.topology import SinkNode, SourceNode, Subtopology
-from worker.serde import fast_deserializer, fast_serializer
+from worker.serde import Codec
 
 Runner = Callable[[Record], None]
 
@@ -94,17 +95,17 @@ class TaskGraph:
         ctx = self.context
         errors = self._errors
         max_bytes = self._max_bytes
-        kser, vser = source.key_serde, source.value_serde
-        decode_key, decode_value = fast_deserializer(kser), fast_deserializer(vser)
+        keys, values = Codec(source.key_serde), Codec(source.value_serde)
+        decode_key, decode_value = keys.fast_decode, values.fast_decode
         children = node.children
         table = None if source.table_store is None else self._raw[source.table_store]
 
         def run(record: Record) -> None:
-            ctx._record = record
+            ctx.current_record = record
             key = record.key()
             value = record.value()
             if (len(key) if key else 0) + (len(value) if value else 0) > max_bytes:
-                errors.too_large(_bad(record))  # type: ignore[union-attr]
+                errors.too_large(BadRecord.of(record))  # type: ignore[union-attr]
                 return
             if table is not None:
                 if key is None:
@@ -116,50 +117,38 @@ class TaskGraph:
                 if not children:
                     return
             try:
-                key_obj = decode_key(key) if key is not None else kser.deserialize(None)
-                value_obj = decode_value(value) if value is not None else vser.deserialize(None)
+                key_obj = decode_key(key) if key is not None else keys.decode(None)
+                value_obj = decode_value(value) if value is not None else values.decode(None)
             except Exception:
-                # The serdes themselves: their own error for the handler (or their result,
+                # The codecs' rule: the serde's own error for the handler (or its result,
                 # should the C function be stricter than the serde).
                 try:
-                    key_obj = kser.deserialize(key)
-                    value_obj = vser.deserialize(value)
+                    key_obj = keys.decode(key)
+                    value_obj = values.decode(value)
                 except Exception as exc:
                     if errors is None:
                         raise
-                    errors.deserialization_failed(_bad(record), exc)
+                    errors.deserialization_failed(BadRecord.of(record), exc)
                     return
             for child in children:
-                ctx._node = child
+                ctx.current_node = child
                 child.call(key_obj, value_obj)
 
         return run
 
     @staticmethod
     def _sink_dispatch(node: SinkNode, sink: RecordSink) -> Callable[[Any, Any], None]:
-        topic, kser, vser, send = node.topic, node.key_serde, node.value_serde, sink.send
-        encode_key, encode_value = fast_serializer(kser), fast_serializer(vser)
+        topic, send = node.topic, sink.send
+        keys, values = Codec(node.key_serde), Codec(node.value_serde)
+        encode_key, encode_value = keys.fast_encode, values.fast_encode
 
         def write(key: Any, value: Any) -> None:
             try:
-                key_bytes = encode_key(key) if key is not None else kser.serialize(None)
-                value_bytes = encode_value(value) if value is not None else vser.serialize(None)
+                key_bytes = encode_key(key) if key is not None else keys.encode(None)
+                value_bytes = encode_value(value) if value is not None else values.encode(None)
             except Exception:
-                key_bytes = kser.serialize(key)
-                value_bytes = vser.serialize(value)
+                key_bytes = keys.encode(key)
+                value_bytes = values.encode(value)
             send(topic, key_bytes, value_bytes)
 
         return write
-
-
-def _bad(record: Record) -> BadRecord:
-    """The record as the error handler reports it (built only on error paths)."""
-    return BadRecord(
-        record.topic() or "",
-        record.partition() or 0,
-        record.offset() or 0,
-        record.timestamp()[1],
-        record.key(),
-        record.value(),
-        record.headers(),
-    )

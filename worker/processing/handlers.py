@@ -11,9 +11,9 @@ Three policies, named after Kafka Streams' exception handlers (KIP-1033, KIP-103
   transaction as the source offset that moves past it: both happen, or neither.
 
 Only error paths call into this module; the per-record happy path never does. A
-processing error is first retried by the task manager (each attempt from the task's last
-committed state, see :mod:`worker.tasks.failures`); this handler only sees the records
-whose retries are used up.
+processing error is first retried (each attempt from the task's last committed state);
+:mod:`worker.tasks.failures` counts the attempts, stops the worker under ``fail`` and
+hands this handler only the records whose retries are used up.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import Any
 
 from worker.clock import Clock
 from worker.errors import FatalError
+from worker.events import RECORD_SKIPPED
 from worker.observability import Metrics
-from worker.processing.context import RecordSink
+from worker.processing.context import Record, RecordSink
 
 # Skip reasons: the label of worker_skipped_records_total and of the DLQ header.
 DESERIALIZATION_ERROR = "deserialization_error"
@@ -59,6 +60,19 @@ class BadRecord:
     key: bytes | None
     value: bytes | None
     headers: Any = None
+
+    @classmethod
+    def of(cls, record: Record) -> BadRecord:
+        """The record as it arrived, built only on error paths."""
+        return cls(
+            record.topic() or "",
+            record.partition() or 0,
+            record.offset() or 0,
+            record.timestamp()[1],
+            record.key(),
+            record.value(),
+            record.headers(),
+        )
 
     @property
     def coordinates(self) -> str:
@@ -195,7 +209,7 @@ class RecordErrorHandler:
             self._suppressed += 1
             return
         self._log.warning(
-            "record.skipped",
+            RECORD_SKIPPED,
             reason=reason,
             policy=policy.value,
             record=record.coordinates,

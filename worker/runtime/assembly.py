@@ -13,7 +13,7 @@ parts -> group member -> loop.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,18 +23,13 @@ from worker.clock import Clock
 from worker.config import Settings
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
-from worker.kafka.clients import (
-    Admin,
-    DataConsumer,
-    RecordCollector,
-    RestoreConsumer,
-    WatermarkReader,
-)
-from worker.kafka.membership import GroupMember, MembershipEvent
+from worker.kafka.admin import Admin
+from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
+from worker.kafka.membership import GroupMember
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
-from worker.kafka.transactions import TransactionalCollector
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
+from worker.runtime.guarantee import choose_guarantee
 from worker.runtime.input_watch import InputWatch
 from worker.runtime.loop import ProcessingLoop
 from worker.runtime.status import Status
@@ -72,11 +67,10 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Hooks:
-    """The worker's side of the wiring: status for HTTP, subscriptions, membership events."""
+    """The worker's side of the wiring: status for HTTP, subscriptions, task changes."""
 
     status: Callable[[], Status]
     subscription: Callable[[], Subscription]
-    on_membership: Callable[[Sequence[MembershipEvent]], None]
     on_change: Callable[[], None]
 
 
@@ -121,7 +115,8 @@ def assemble(
         TOPIC_CHECK_SECONDS,
         checked_at=clock.monotonic(),
     )
-    collector = _collector(settings, state_dir, metrics)
+    guarantee = choose_guarantee(settings, state_dir.process_id, metrics)
+    collector = guarantee.collector
     stack.callback(collector.close)
     consumer = DataConsumer(settings)
     stack.callback(consumer.close)
@@ -147,7 +142,13 @@ def assemble(
     )
     stack.callback(_leave, member, state_dir)
     parts = build_task_parts(
-        topology, ctx, reader, consumer, member, high_watermarks=watermarks.read
+        topology,
+        ctx,
+        reader,
+        consumer,
+        member,
+        guarantee.commit_protocol(member),
+        high_watermarks=watermarks.read,
     )
     parts.tasks.on_change = hooks.on_change
     stack.callback(lambda: parts.tasks.close_all(clean=outcome.clean))
@@ -160,19 +161,9 @@ def assemble(
         clock,
         stop,
         metrics,
-        on_membership=hooks.on_membership,
     )
     inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, clock)
     return Runtime(state_dir, http, layout, topic_watch, reader, member, parts, loop, inputs)
-
-
-def _collector(settings: Settings, state_dir: StateDirectory, metrics: Metrics) -> RecordCollector:
-    """exactly_once_v2: one transactional producer per process (its id outlives restarts)."""
-    if settings.exactly_once:
-        return TransactionalCollector(
-            settings, f"{settings.application_id}-{state_dir.process_id}", metrics
-        )
-    return RecordCollector(settings)
 
 
 def _leave(member: GroupMember, state_dir: StateDirectory) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from worker.assignment.task_id import TP
 from worker.clock import Clock
-from worker.kafka.clients import PendingOffsets
+from worker.kafka.admin import PendingOffsets
 from worker.runtime.availability import StallCause, TaskSample
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task

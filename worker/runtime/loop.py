@@ -1,25 +1,26 @@
-"""The processing loop: membership messages -> restore a batch -> consume -> process -> commit.
+"""The data work of one loop iteration: restore a batch -> consume -> process -> commit.
 
-Each iteration does bounded work and never waits for the group: a rebalance runs on the
-group member's own IO thread and reaches the loop as messages (:class:`Assigned`,
-:class:`Lost`), applied between two batches by ``on_membership``. Records keep flowing
-while the group rebalances; only commits wait for it, since they need a settled
-generation. A deferred commit lets the store buffers grow, up to
-``statestore.uncommitted.max.bytes``; beyond that the loop stops fetching (backpressure)
-until the commit can run, and drops nothing. The stop event is checked every iteration;
-an idle loop waits on it or in a fetch, never in a sleep.
+The worker runs the iteration (:meth:`worker.runtime.worker.Worker._iterate`): it applies
+the group member's messages, calls :meth:`ProcessingLoop.step` for the data work, then
+follows the group and beats the heart. Each step does bounded work and never waits for
+the group: a rebalance runs on the group member's own IO thread and reaches the worker
+as messages, applied between two steps. Records keep flowing while the group
+rebalances; only commits wait for it, since they need a settled generation. A deferred
+commit lets the store buffers grow, up to ``statestore.uncommitted.max.bytes``; beyond
+that the loop stops fetching (backpressure) until the commit can run, and drops nothing.
+An idle step waits on the stop event or in a fetch, never in a sleep.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
 
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import TaskMigrated
-from worker.kafka.clients import DataConsumer, RecordCollector
-from worker.kafka.membership import GroupMember, MembershipEvent
+from worker.kafka.collector import RecordCollector
+from worker.kafka.consumers import DataConsumer
+from worker.kafka.membership import GroupMember
 from worker.observability import Metrics, get_logger
 from worker.runtime.probing import ProbeScheduler
 from worker.tasks.parts import TaskParts
@@ -28,6 +29,8 @@ CONSUME_BATCH = 2000
 
 
 class ProcessingLoop:
+    """The data side of the processing thread; one :meth:`step` per iteration. Not thread-safe."""
+
     def __init__(
         self,
         settings: Settings,
@@ -38,7 +41,6 @@ class ProcessingLoop:
         clock: Clock,
         stop: threading.Event,
         metrics: Metrics,
-        on_membership: Callable[[Sequence[MembershipEvent]], None],
     ) -> None:
         self._settings = settings
         self._parts = parts
@@ -48,51 +50,47 @@ class ProcessingLoop:
         self._clock = clock
         self._stop = stop
         self._metrics = metrics
-        self._on_membership = on_membership
         self._log = get_logger(component="loop")
         self._commit_interval = settings.commit_interval_ms / 1000.0
         self._max_uncommitted = settings.statestore_uncommitted_max_bytes
         # The cleaner looks for expired directories a few times per delay, at most once
         # a minute and at least once a second.
         self._clean_interval = min(60.0, max(1.0, settings.state_cleanup_delay_ms / 4000.0))
-        self.on_iteration: Callable[[], None] = lambda: None
         self.probes = ProbeScheduler(settings.acceptable_recovery_lag, clock, metrics)
         self.backpressure = False  # fetching stopped: buffers full, commit waiting on the group
         self._deferred = False  # a due commit waits for the rebalance to end
+        self._poll_s = settings.poll_ms / 1000.0
+        self._last_commit = clock.monotonic()
+        self._next_clean = self._last_commit + self._clean_interval
 
-    def run(self) -> None:
-        """Iterate until the stop event is set. Raises fatal errors to the worker."""
-        last_commit = self._clock.monotonic()
-        next_clean = last_commit + self._clean_interval
-        poll_s = self._settings.poll_ms / 1000.0
-        while not self._stop.is_set():
-            tasks = self._parts.tasks
-            events = self._member.poll()
-            if events:
-                self._on_membership(events)
-            reading = tasks.reading_changelogs()
-            consuming = bool(self._consumer.assigned) and not self.backpressure
-            if reading:
-                tasks.restore_step(timeout=0.0 if consuming else poll_s)
-            if consuming:
-                messages = self._consumer.consume(
-                    CONSUME_BATCH, 0.0 if tasks.restoring() else poll_s
-                )
-                if messages:
-                    self._parts.router.process(messages)
-            elif not reading:
-                self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
-            self._collector.poll()
-            now = self._clock.monotonic()
-            over = self._over_memory_bound()
-            due = now - last_commit >= self._commit_interval or over
-            if due and self._try_commit(over):
-                last_commit = now
-            self.probes.check(tasks, self._member)
-            if now >= next_clean:
-                self._parts.manager.clean_state_dir()
-                next_clean = now + self._clean_interval
-            self.on_iteration()
+    def step(self) -> float:
+        """One iteration's data work; returns the clock reading it judged commits on.
+
+        Raises fatal errors to the worker.
+        """
+        tasks = self._parts.tasks
+        poll_s = self._poll_s
+        reading = tasks.reading_changelogs()
+        consuming = bool(self._consumer.assigned) and not self.backpressure
+        if reading:
+            tasks.restore_step(timeout=0.0 if consuming else poll_s)
+        if consuming:
+            messages = self._consumer.consume(CONSUME_BATCH, 0.0 if tasks.restoring() else poll_s)
+            if messages:
+                self._parts.router.process(messages)
+        elif not reading:
+            self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
+        self._collector.poll()
+        now = self._clock.monotonic()
+        over = self._over_memory_bound()
+        due = now - self._last_commit >= self._commit_interval or over
+        if due and self._try_commit(over):
+            self._last_commit = now
+        self.probes.check(tasks, self._member)
+        if now >= self._next_clean:
+            self._parts.manager.clean_state_dir()
+            self._next_clean = now + self._clean_interval
+        return now
 
     def _over_memory_bound(self) -> bool:
         pending = self._parts.tasks.pending_bytes()

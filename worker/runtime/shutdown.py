@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from worker.events import WORKER_SHUTDOWN_TIMEOUT
 from worker.observability import get_logger
 
 EXIT_SHUTDOWN_TIMEOUT = 1
@@ -69,7 +70,7 @@ class ShutdownWatchdog:
         if self._finished.wait(self.timeout_s):
             return
         self._log.error(
-            "worker.shutdown_timeout",
+            WORKER_SHUTDOWN_TIMEOUT,
             timeout_ms=int(self.timeout_s * 1000),
             waited_s=round(time.monotonic() - requested, 3),
             exit_code=EXIT_SHUTDOWN_TIMEOUT,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 
 class WorkerState(enum.Enum):
+    """Where the worker's run is. ERROR: the run failed with a fatal error; what it started
+    is being released and the process exits with the error (never left for RUNNING)."""
+
     CREATED = "created"
     STARTING = "starting"
     REBALANCING = "rebalancing"
@@ -94,8 +97,11 @@ class Routing:
     ``endpoint`` is how other instances reach this one (``application.server``, else
     ``http.host`` and the port the HTTP server really bound). ``active_hosts`` and
     ``standby_hosts`` (warmups included) map each instance's endpoint to its tasks, from
-    the latest assignment (``generation``). ``partitions`` is the number of tasks of each
-    sub-topology, known once the topics have been checked at start-up.
+    the latest assignment (``generation``); when it carried none (user data version 2
+    on any member but the directory) they are empty and ``directory`` names the
+    endpoint that serves them (:mod:`worker.http.directory`). ``partitions`` is the
+    number of tasks of each sub-topology, known once the topics have been checked at
+    start-up.
     """
 
     endpoint: str = ""
@@ -103,24 +109,19 @@ class Routing:
     standby_hosts: Mapping[str, frozenset[TaskId]] = field(default_factory=dict)
     generation: int = -1
     partitions: Mapping[int, int] = field(default_factory=dict)
+    directory: str = ""
 
     def with_assignment(self, assignment: Assignment) -> Routing:
-        return Routing(
-            self.endpoint,
-            _frozen_hosts(assignment.active_hosts),
-            _frozen_hosts(assignment.standby_hosts),
-            assignment.generation,
-            self.partitions,
+        return replace(
+            self,
+            active_hosts=_frozen_hosts(assignment.active_hosts),
+            standby_hosts=_frozen_hosts(assignment.standby_hosts),
+            generation=assignment.generation,
+            directory=assignment.directory,
         )
 
     def with_partitions(self, partitions: Mapping[int, int]) -> Routing:
-        return Routing(
-            self.endpoint,
-            self.active_hosts,
-            self.standby_hosts,
-            self.generation,
-            MappingProxyType(dict(partitions)),
-        )
+        return replace(self, partitions=MappingProxyType(dict(partitions)))
 
     def active_host(self, task_id: TaskId) -> str | None:
         """The endpoint the latest assignment gave ``task_id``'s active to, if any."""
@@ -170,6 +171,9 @@ REFRESH_SECONDS = 0.25
 # iteration is bounded (a consume batch, a restore batch, a commit), so only a call that
 # waits on an unanswering broker, or a rebalance (not ready anyway), takes this long.
 LOOP_STALL_SECONDS = 5.0
+# A loop that has not come round for this long is stuck for good: not alive (/healthz
+# 503), so the orchestrator restarts the process.
+HEALTH_STALE_SECONDS = 60.0
 
 
 def no_lag(task_id: TaskId) -> int | None:
@@ -187,13 +191,26 @@ class Status:
     published: float = 0.0
     # False while the group member cannot reach its coordinator (the broker is away).
     broker_connected: bool = True
-    # True when the loop has not come round for LOOP_STALL_SECONDS (blocked in a call to
-    # a broker that does not answer, say); set by the worker when it hands out a snapshot.
+    # Set by :meth:`judged` when the worker hands out the snapshot: ``stalled`` once the
+    # loop has not come round for LOOP_STALL_SECONDS (blocked in a call to a broker that
+    # does not answer, say), ``alive`` False after HEALTH_STALE_SECONDS or in ERROR.
     stalled: bool = False
+    alive: bool = True
 
     def task(self, task_id: TaskId) -> TaskStatus | None:
         key = str(task_id)
         return next((t for t in self.tasks if t.task_id == key), None)
+
+    def judged(self, now: float) -> Status:
+        """This snapshot with its liveness judged at ``now``, a reading of the clock that
+        wrote ``heartbeat`` (the worker's injected clock): the one place liveness and the
+        loop's stall are decided."""
+        age = now - self.heartbeat
+        stalled = age > LOOP_STALL_SECONDS
+        alive = age < HEALTH_STALE_SECONDS and self.state is not WorkerState.ERROR
+        if (stalled, alive) == (self.stalled, self.alive):
+            return self
+        return replace(self, stalled=stalled, alive=alive)
 
     @property
     def ready(self) -> bool:

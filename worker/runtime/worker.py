@@ -1,5 +1,6 @@
-"""The worker: its lifecycle state machine, the run from start to stop, and what it
-does with the group member's messages between two batches.
+"""The worker: its lifecycle state machine, the run from start to stop, and the one
+place that runs a loop iteration (:meth:`Worker._iterate`) and beats the heart that
+liveness and readiness are judged on (:meth:`Status.judged`, on the injected clock).
 
 Every part is built by :func:`worker.runtime.assembly.assemble` on one ExitStack, so a
 failure at any step releases what was started (see that module for the order).
@@ -16,7 +17,8 @@ from pathlib import Path
 from worker.assignment.model import Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
-from worker.kafka.membership import Lost, MembershipEvent
+from worker.events import WORKER_STARTING, WORKER_STOPPED
+from worker.kafka.member_states import Lost, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.assembly import Hooks, Outcome, Runtime, assemble
@@ -24,7 +26,6 @@ from worker.runtime.availability import AvailabilityTracker
 from worker.runtime.input_watch import LoopConditions
 from worker.runtime.shutdown import ShutdownWatchdog
 from worker.runtime.status import (
-    LOOP_STALL_SECONDS,
     REFRESH_SECONDS,
     Routing,
     Status,
@@ -71,11 +72,9 @@ class Worker:
         self._stop.set()
 
     def status(self) -> Status:
-        """The latest snapshot (any thread); marked stalled if the loop stopped coming round."""
-        status = self._status
-        if self.clock.monotonic() - status.heartbeat > LOOP_STALL_SECONDS and not status.stalled:
-            return replace(status, stalled=True)
-        return status
+        """The latest snapshot (any thread), its liveness judged now on the worker's clock:
+        stalled (not ready) or not alive once the loop stopped coming round."""
+        return self._status.judged(self.clock.monotonic())
 
     def _publish(self) -> None:
         tasks: tuple[TaskStatus, ...] = ()
@@ -106,28 +105,42 @@ class Worker:
         """Start everything, process until asked to stop, stop everything. Raises on fatal errors."""
         self._watchdog.start()  # from a stop request on, exit within shutdown.timeout.ms
         outcome = Outcome()
-        hooks = Hooks(self.status, self._subscription, self._on_membership, self._publish)
+        hooks = Hooks(self.status, self._subscription, self._publish)
         try:
             with ExitStack() as stack:
-                self._set_state(WorkerState.STARTING)
-                rt = assemble(
-                    stack,
-                    self.settings,
-                    self.topology,
-                    self._state_root,
-                    self.metrics,
-                    self.clock,
-                    self._stop,
-                    hooks,
-                    outcome,
-                )
-                self._rt = rt
-                self._serve(rt, outcome)
+                try:
+                    self._start_and_serve(stack, hooks, outcome)
+                except Exception as exc:
+                    self._fail(exc)  # seen while the stack releases what was started
+                    raise
         finally:
             self._rt = None  # everything it held is closed now
-            self._log.info("worker.stopped", clean=outcome.clean)
+            self._log.info(WORKER_STOPPED, clean=outcome.clean)
         self._set_state(WorkerState.NOT_RUNNING)
         return 0
+
+    def _start_and_serve(self, stack: ExitStack, hooks: Hooks, outcome: Outcome) -> None:
+        self._set_state(WorkerState.STARTING)
+        rt = assemble(
+            stack,
+            self.settings,
+            self.topology,
+            self._state_root,
+            self.metrics,
+            self.clock,
+            self._stop,
+            hooks,
+            outcome,
+        )
+        self._rt = rt
+        self._serve(rt, outcome)
+
+    def _fail(self, exc: Exception) -> None:
+        """Enter ERROR: /healthz and /readyz answer 503 with it, and the ``worker_state``
+        gauge shows it, while the stack releases what was started. The snapshot keeps its
+        tasks: rebuilding them could fail the same way."""
+        self._fsm.transition(WorkerState.ERROR, reason=type(exc).__name__)
+        self._status = replace(self._status, state=WorkerState.ERROR)
 
     def _serve(self, rt: Runtime, outcome: Outcome) -> None:
         """Join, process until stopped, then the final commit (when the group allows it)."""
@@ -136,14 +149,13 @@ class Worker:
             advertised_endpoint(settings.application_server, settings.http_host, rt.http.port)
         ).with_partitions(rt.layout.partitions)
         self._log.info(
-            "worker.starting",
+            WORKER_STARTING,
             process_id=rt.state_dir.process_id,
             http_port=rt.http.port,
             endpoint=self._routing.endpoint,
             application_id=settings.application_id,
             memory_bound_bytes=settings.memory_bound_bytes,
         )
-        rt.loop.on_iteration = self._on_iteration
         if settings.initial_standbys_enabled:
             # Before the join: corrupt state is found now, and the first subscription
             # reports what is on disk (issue 4, seed 000).
@@ -152,7 +164,7 @@ class Worker:
             )
         rt.member.start(stale_member_id=rt.state_dir.previous_member_id())
         self._set_state(WorkerState.REBALANCING)
-        rt.loop.run()
+        self._run_loop(rt)
         self._set_state(WorkerState.PENDING_SHUTDOWN)
         if rt.member.can_commit:
             rt.parts.committer.commit()
@@ -163,14 +175,36 @@ class Worker:
             rt.parts.committer.discard_uncommitted()
         outcome.clean = True
 
-    def _on_iteration(self) -> None:
-        rt = self._rt
-        if rt is None:
-            return
+    def _run_loop(self, rt: Runtime) -> None:
+        """Iterate until the stop event is set. The benchmarks' profiles count the
+        processing thread's samples under this frame (``Worker._run_loop``)."""
+        while not self._stop.is_set():
+            self._iterate(rt)
+
+    def _iterate(self, rt: Runtime) -> None:
+        """One iteration of the processing thread, the only place one runs. In order:
+
+        1. Apply what the group member reports (assignments, lost tasks); its poll never
+           waits for a rebalance.
+        2. The data work (:meth:`ProcessingLoop.step`): restore, consume and process,
+           commit when due, probe warmups, clean the state directory.
+        3. Follow the broker, charge unavailable time, check the topics.
+        4. Move the worker's state with the group's and beat the heart.
+
+        Raises fatal errors (the run then enters ERROR).
+        """
+        events = rt.member.poll()
+        if events:
+            self._on_membership(rt, events)
+        now = rt.loop.step()
         self._check_broker(rt)
         self._observe_availability(rt)
-        now = self.clock.monotonic()
         rt.topic_watch.check(now)
+        self._follow_group(rt, now)
+
+    def _follow_group(self, rt: Runtime, now: float) -> None:
+        """RUNNING once assigned, restored and settled, REBALANCING while not; publish or
+        just beat the heart (``now``, on the injected clock)."""
         settled = self._assigned and not rt.parts.tasks.restoring() and not rt.member.rebalancing
         if self._fsm.state is WorkerState.RUNNING and not settled:
             self._set_state(WorkerState.REBALANCING)
@@ -210,10 +244,8 @@ class Worker:
             self._log.warning("broker.unreachable", bootstrap=self.settings.bootstrap_servers)
         self._publish()
 
-    def _on_membership(self, events: Sequence[MembershipEvent]) -> None:
+    def _on_membership(self, rt: Runtime, events: Sequence[MembershipEvent]) -> None:
         """Apply what the group member reports, in order (on the processing thread)."""
-        rt = self._rt
-        assert rt is not None, "membership events arrive only while running"
         for event in events:
             if isinstance(event, Lost):
                 self._log.warning("membership.lost", tasks=sorted(map(str, event.tasks)))

@@ -215,7 +215,7 @@ def _run(
     if common["print_submit"]:
         click.echo(submit_command(click.get_current_context(), common["master"]))
         return
-    from worker.kafka.clients import Admin
+    from worker.kafka.admin import Admin
     from worker.spark.errors import LoadRejected
     from worker.spark.session import require_spark, session
     from worker.spark.target import check_target

@@ -29,6 +29,7 @@ committed nothing, and its retry fences it by the partition's transactional id.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -83,11 +84,23 @@ def _settings(options: Mapping[str, str]) -> Settings:
     return load(None, values, environ={}).settings
 
 
+def _built_topology(spec: str) -> Any:
+    """The built topology of ``module:attr`` (a Topology, or a callable returning one), as
+    ``worker start --app`` takes it; LoadRejected if it is not one."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise LoadRejected(f"cannot load the app {spec}: {exc}") from None
+    topology: Any = target if hasattr(target, "build") or not callable(target) else target()
+    if not hasattr(topology, "build"):
+        raise LoadRejected(f"{spec} is not a Topology")
+    return topology.build()
+
+
 def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Serde, Serde]:
     """(changelog topic, key serde, value serde) of the store named by the options."""
-    from worker.cli import load_topology  # the topology of the app the workers run
-
-    topology = load_topology(options.get("app", DEFAULT_APP))
+    topology = _built_topology(options.get("app", DEFAULT_APP))
     try:
         _, spec = topology.store(options["store"])
     except KeyError:

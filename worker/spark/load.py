@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from worker.config import Settings
-from worker.kafka.clients import Admin
+from worker.kafka.admin import Admin
 from worker.kafka.table_writer import WriteSummary, fence_partitions, writer_config
 from worker.serde import Serde
 from worker.spark.datasource import FORMAT, register, source_options

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from worker.kafka.clients import TopicSpec
+from worker.kafka.admin import TopicSpec
 from worker.spark.errors import LoadRejected
 
 # Table topics are compacted: the latest record per key is the table.
@@ -21,7 +21,7 @@ TABLE_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 class TopicAdmin(Protocol):
-    """The part of ``worker.kafka.clients.Admin`` the checks use."""
+    """The part of ``worker.kafka.admin.Admin`` the checks use."""
 
     def partition_counts(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, int]: ...
 

@@ -28,7 +28,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
-from worker.kafka.clients import RestoreConsumer
+from worker.events import RESTORE_DONE, RESTORE_START, STANDBY_START
+from worker.kafka.consumers import RestoreConsumer
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 from worker.state.store import RestoreBatch, Store
@@ -160,7 +161,7 @@ class ChangelogReader(Generic[T]):
         self._consumer.add(positions)
         if standby and self._standbys_paused:
             self._consumer.pause(positions)
-        event = "standby.start" if standby else "restore.start"
+        event = STANDBY_START if standby else RESTORE_START
         task.log.info(event, positions={f"{t}-{p}": o for (t, p), o in positions.items()})
 
     def unregister(self, task: T) -> None:
@@ -301,7 +302,7 @@ class ChangelogReader(Generic[T]):
                     changelog.store.flush_in_background()
                 self.unregister(entry.task)
                 entry.task.log.info(
-                    "restore.done",
+                    RESTORE_DONE,
                     records=sum(c.applied for c in logs),
                     seconds=round(self._clock.monotonic() - entry.started, 3),
                 )

@@ -14,29 +14,27 @@ opened with :meth:`RocksDBEnv.options` shares:
   ``memory_bytes`` however many stores are open;
 * an eighth of the bound, taken from the block cache, for the stores' own read caches
   (``Store.get`` keeps recently read committed values as Python bytes: a RocksDB point
-  read through rocksdict costs about 1 us, a dict lookup 50 ns, and processors read the
-  same keys over and over). Each open store may hold ``read_cache_share`` bytes of it.
+  read through rocksdict costs many dict lookups, and processors read the same keys over
+  and over). Each open store may hold ``read_cache_share`` bytes of it.
 
 What the write buffer manager does not do with many stores: it flushes only the database
 being written, and a flushed memtable stays counted until RocksDB's one flush thread has
-written it. With 64 stores written in turn the immutable memtables queued faster than
-they were flushed, and memtables reached 118 MiB of a 16 MiB budget (memory benchmark,
-rocksdict 0.3.29); a store that stops receiving writes also keeps its memtable until
-something flushes it. Its own remedy, ``allow_stall``, blocks every writer until usage
-falls, which never happens when idle stores hold the budget (and rocksdict's ``write``
-holds the GIL, so the whole process would hang). So the env enforces the budget itself:
+written it. With many stores written in turn the immutable memtables queue faster than
+they are flushed, and memtables grew to several times their budget; a store that stops
+receiving writes also keeps its memtable until something flushes it. Its own remedy,
+``allow_stall``, blocks every writer until usage falls, which never happens when idle
+stores hold the budget (and rocksdict's ``write`` holds the GIL, so the whole process
+would hang). So the env enforces the budget itself:
 every store reports each write (:meth:`RocksDBEnv.store_written`). Past half of
 ``write_buffer_bytes`` the env starts a flush of the largest store, which RocksDB writes
 while the writer goes on; past the whole budget it waits for flushes, largest first,
 until the memtables are down to half of it. A flush releases the GIL, and the writer
-waits only while RocksDB writes what it holds: the backpressure the manager lacks. With
-it the memory benchmark's memtables stayed within 13-17 MiB of the 16 MiB budget, and the
-backlog took as long. Restoring 16 stores at once into 64 MiB (1 KiB records) went from
-310-360k to 240-280k records/s: the old speed came from memtables of 185-200 MiB. The
-restore benchmark's shape (4 stores, 256 MiB) never reaches the budget. Owners still
-call ``Store.flush()`` when a store goes quiet (the runtime does it whenever it writes a
-task's `.checkpoint`, as Kafka Streams flushes before checkpointing). What remains per open store is fixed overhead outside the cache, about
-0.3 MiB and 7 file descriptors (measured: 300 empty stores, rocksdict 0.3.29).
+waits only while RocksDB writes what it holds: the backpressure the manager lacks (what
+it costs a restore of many stores into a small bound: docs/operations.md, "Memory").
+Owners still call ``Store.flush()`` when a store goes quiet (the runtime does it whenever
+it writes a task's `.checkpoint`, as Kafka Streams flushes before checkpointing). What
+remains per open store is a small fixed overhead outside the cache (memory and file
+descriptors; measured in docs/operations.md, "Memory").
 
 Thread-safety: the cache and the manager are thread-safe in RocksDB; ``options()`` builds
 a fresh ``Options`` object each call and may be called from any thread, and so may
@@ -57,8 +55,8 @@ _MIN_MEMORY = 4 * MiB
 _OFFSETS_WRITE_BUFFER = 64 * 1024  # the offsets family holds a handful of keys
 # RocksDB's default arena block is write_buffer_size / 8 (1 MiB here), and the write
 # buffer manager charges a whole block to the cache as soon as a memtable holds one
-# byte: 300 idle stores reserved 300 MiB of a 64 MiB cache in our experiment. 128 KiB
-# blocks keep that reservation close to the data actually buffered.
+# byte, so many idle stores reserve more than the whole cache (docs/operations.md,
+# "Memory"). 128 KiB blocks keep that reservation close to the data actually buffered.
 _ARENA_BLOCK = 128 * 1024
 # Share of the bound the memtables of all stores may hold (see store_written).
 WRITE_BUFFER_RATIO = 0.25

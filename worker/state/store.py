@@ -1,19 +1,15 @@
 """One RocksDB key-value store: write buffer, atomic commit of data with changelog offsets.
 
-The only module (with ``rocksdb_env.py``) that imports rocksdict. Layout of one store::
-
-    default column family   user data, raw bytes keys and values
-    "offsets" family        b"<topic> <partition>" -> 8-byte big-endian signed offset
-                            b"format_version"      -> 8-byte big-endian version (1)
+The rocksdict importers are this module and its parts: ``store_format.py`` (the on-disk
+layout), ``rocksdb_errors.py`` (the one place rocksdict's errors are classified),
+``memtables.py`` (flushes) and ``rocksdb_env.py`` (resources shared by every store).
 
 Writes during processing go to an in-memory buffer; :meth:`Store.commit` writes the
 buffer and the new changelog offsets in ONE ``WriteBatch`` with one ``db.write``, so data
 and offsets can never disagree, whatever instant the process dies at (atomic
-checkpointing, KIP-1035 style). Offset keys contain a space and topic names cannot, so
-the format record can never collide with an offset.
-
-rocksdict errors are plain ``Exception`` objects carrying RocksDB's status text; they are
-classified in exactly one place, :func:`_translate`.
+checkpointing, KIP-1035 style). Reads go through the buffer, then the read cache
+(``read_cache.py``), then RocksDB; :meth:`Store.read_path` hands that path out as a
+:class:`~worker.state.read_path.ReadPath`.
 
 Thread-safety: one owner thread (the task's) calls everything, with one exception:
 :meth:`Store.get_committed` may be called from any thread (interactive queries on the HTTP
@@ -26,33 +22,41 @@ owner never races itself, and the per-record path stays free of it.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import struct
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from types import MappingProxyType
-from typing import NamedTuple, NoReturn, Protocol, cast
+from typing import Final, Protocol, cast
 
 import rocksdict
 
-from worker.errors import FatalError, StateLocked, StoreCorrupted, WorkerError
 from worker.observability import get_logger
+from worker.state.memtables import (
+    flush_atomically,
+    flush_data_family,
+    memtable_bytes,
+    remove_scratch,
+)
+from worker.state.read_cache import ReadCache
+from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, rocksdb_errors
+from worker.state.store_format import (
+    OFFSETS_FAMILY,
+    Records,
+    encode_offset,
+    is_db_file,
+    load_metadata,
+    offset_key,
+    scan,
+)
+from worker.state.write_buffer import WriteBuffer
 
-FORMAT_VERSION = 1
-OFFSETS_FAMILY = "offsets"
-_FORMAT_KEY = b"format_version"
-_FLUSH_DIR = ".atomic-flush"  # scratch checkpoint used to flush both families at once
-_INT64 = struct.Struct(">q")
-_ABSENT = object()  # a key not in the write buffer (None there means a buffered delete)
-# What one read-cache entry costs beyond its key and value: two bytes objects' headers
-# and a dict slot.
-_CACHE_ENTRY_BYTES = 112
-_Records = Generator[tuple[bytes, bytes], None, None]
+__all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
 
 _log = get_logger(component="store")
+
+_ABSENT = object()  # a key not in the write buffer (None there means a buffered delete)
 
 
 class RestoreBatch(Protocol):
@@ -67,82 +71,23 @@ class RestoreBatch(Protocol):
     def is_empty(self) -> bool: ...
 
 
-class ReadPath(NamedTuple):
-    """What :meth:`Store.get` does, in three calls (see :meth:`Store.read_path`): each
-    lookup is a ``dict.get`` (key, default), returning the default when the key is not
-    there; ``miss`` reads RocksDB."""
-
-    buffered: Callable[[bytes, object], object]
-    cached: Callable[[bytes, object], object]
-    miss: Callable[[bytes], bytes | None]
-
-
-class StoreError(FatalError):
-    """RocksDB failed in a way wiping the store would not fix (disk full, permissions,
-    misuse of the API). Fatal for the worker."""
-
-
-class StoreClosedError(WorkerError):
-    """The store was closed (task closed or migrated); an interactive query should retry
-    against the new owner."""
-
-
-def _translate(path: Path, exc: BaseException) -> BaseException:
-    """Map a rocksdict error onto the taxonomy; anything not from rocksdict passes through.
-
-    rocksdict raises bare ``Exception`` with RocksDB's status string, e.g.
-    ``"Corruption: Sst file size mismatch: ..."`` or ``"IO error: While lock file: ...``.
-    A file the database references but cannot find is corruption too (deleted SST or
-    MANIFEST), as is a column family we do not know (another format).
-    """
-    if isinstance(exc, rocksdict.DbClosedError):
-        return StoreClosedError(f"store {path} is closed")
-    if type(exc) is not Exception:
-        return exc
-    message = " ".join(str(exc).split())
-    if (
-        message.startswith("Corruption:")
-        or "No such file or directory" in message
-        or "Column families not opened" in message
-    ):
-        return StoreCorrupted(str(path), message)
-    if message.startswith("IO error") and "lock" in message.lower():
-        return StateLocked(f"store {path} is already open in this or another process: {message}")
-    if "already closed" in message:
-        return StoreClosedError(f"store {path} is closed")
-    return StoreError(f"store {path}: {message}")
-
-
-def _reraise(path: Path, exc: BaseException) -> NoReturn:
-    translated = _translate(path, exc)
-    if translated is exc:
-        raise exc
-    raise translated from exc
-
-
-@contextlib.contextmanager
-def _rocksdb_errors(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        _reraise(path, exc)
-
-
 class Store:
     """A RocksDB store with a read-your-writes buffer and atomic (data, offsets) commits.
 
     Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
     is idempotent; every other method raises :class:`StoreClosedError` once closed.
 
+    ``put(key, value)`` and ``delete(key)`` buffer a write until the next commit. They
+    are the write buffer's own methods (``write_buffer.py``), bound when the store opens,
+    so a write on the per-record path is one Python call; TypeError for anything but
+    bytes.
+
     WAL rule. Every write (commits and restored batches) goes through the write-ahead
     log, so each batch survives a process crash on its own and restore progress is never
     lost. (Restoring with the WAL off was faster, but a kill -9 then lost every batch
     still in the memtable, and mixing WAL-off and WAL-on writes needed flushes in
     between to stay consistent.) :meth:`flush` still exists to release an idle store's
-    memtable: rocksdict's ``Rdict.flush()`` flushes only the default family even with
-    ``atomic_flush`` (checked on 0.3.29 / RocksDB 9.8.4), so it creates a scratch RocksDB
-    checkpoint instead: that path flushes all column families as one atomic flush before
-    hard-linking the files, and the scratch copy is deleted.
+    memtable (``memtables.py``).
     """
 
     def __init__(
@@ -158,20 +103,21 @@ class Store:
         self.path = path
         self._db: rocksdict.Rdict | None = db
         self._env = env
-        # Committed values read lately (None: absent), owner thread only. Invariant: each
-        # entry equals what RocksDB holds; commits update it, restored batches clear it.
-        self._cache: dict[bytes, bytes | None] = {}
-        self._cache_bytes = 0
+        self._cache = ReadCache(env)
         self._offsets_family: rocksdict.ColumnFamily | None = db.get_column_family_handle(
             OFFSETS_FAMILY
         )
         self._offsets = offsets
-        self._buffer: dict[bytes, bytes | None] = {}
-        self._pending_bytes = 0
-        self._iterators: weakref.WeakSet[_Records] = weakref.WeakSet()
+        self._buffer = WriteBuffer(path)
+        self.put: Final = self._buffer.put
+        self.delete: Final = self._buffer.delete
+        self._iterators: weakref.WeakSet[Records] = weakref.WeakSet()
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
         self._wal_on = rocksdict.WriteOptions()
+        self._read_path: Final = ReadPath(
+            self._buffer.lookup, self._cache.lookup, self._read_and_remember
+        )
 
     @classmethod
     def open(cls, path: Path, env: RocksDBEnv, name: str) -> Store:
@@ -187,15 +133,15 @@ class Store:
         """
         try:
             path.mkdir(parents=True, exist_ok=True)
-            existed = any(_is_db_file(p.name) for p in path.iterdir())
-            _remove_scratch(path)
+            existed = any(is_db_file(p.name) for p in path.iterdir())
+            remove_scratch(path)
         except OSError as exc:
             raise StoreError(f"store {path}: {exc}") from exc
         families = {OFFSETS_FAMILY: env.offsets_options()}
-        with _rocksdb_errors(path):
+        with rocksdb_errors(path):
             db = rocksdict.Rdict(str(path), env.options(), column_families=families)
         try:
-            offsets = _load_metadata(db, path, existed)
+            offsets = load_metadata(db, path, existed)
             store = cls(db, path, name, offsets, env)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -217,8 +163,8 @@ class Store:
         db = self._db
         if db is None:
             return
-        self.discard_pending()
-        self._forget_cached()
+        self._buffer.close()
+        self._cache.clear()
         first_error: BaseException | None = None
         try:
             for iterator in list(self._iterators):
@@ -230,7 +176,7 @@ class Store:
                 self._db = None
                 self._offsets_family = None
                 self._env.store_closed(self)
-                with _rocksdb_errors(self.path):
+                with rocksdb_errors(self.path):
                     db.close()
         except Exception:
             if first_error is None:
@@ -239,39 +185,6 @@ class Store:
         if first_error is not None:
             raise first_error
 
-    def put(self, key: bytes, value: bytes) -> None:
-        """Buffer ``key = value`` until the next commit.
-
-        Called once per record or more (issue 8): one buffer lookup, sizes kept inline.
-        """
-        if type(value) is not bytes:
-            raise TypeError(f"store values must be bytes, got {type(value).__name__}")
-        if type(key) is not bytes:
-            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
-        if self._db is None:
-            raise StoreClosedError(f"store {self.path} is closed")
-        buffer = self._buffer
-        old = buffer.get(key, _ABSENT)
-        buffer[key] = value
-        if old is _ABSENT:
-            self._pending_bytes += len(key) + len(value)
-        else:
-            self._pending_bytes += len(value) - (0 if old is None else len(old))  # type: ignore[arg-type]
-
-    def delete(self, key: bytes) -> None:
-        """Buffer a delete of ``key`` until the next commit."""
-        if type(key) is not bytes:
-            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
-        if self._db is None:
-            raise StoreClosedError(f"store {self.path} is closed")
-        buffer = self._buffer
-        old = buffer.get(key, _ABSENT)
-        buffer[key] = None
-        if old is _ABSENT:
-            self._pending_bytes += len(key)
-        elif old is not None:
-            self._pending_bytes -= len(old)  # type: ignore[arg-type]
-
     def get(self, key: bytes) -> bytes | None:
         """The value as this task sees it: buffered writes first, then RocksDB.
 
@@ -279,90 +192,41 @@ class Store:
         of ``RocksDBEnv.read_cache_bytes``), so a key read again costs a dict lookup, not
         a RocksDB point read.
         """
-        value = self._buffer.get(key, _ABSENT)
+        value = self._buffer.lookup(key, _ABSENT)
         if value is _ABSENT:
-            value = self._cache.get(key, _ABSENT)
+            value = self._cache.lookup(key, _ABSENT)
             if value is _ABSENT:
-                value = self._read_committed(key)
-                self._remember(key, value)  # type: ignore[arg-type]
+                return self._read_and_remember(key)
         return value  # type: ignore[return-value]
 
     def read_path(self) -> ReadPath:
-        """:meth:`get` as three calls a caller can make inline, one Python call fewer per
-        read on the per-record path (issue 14): the buffer's lookup, the read cache's, and
-        the miss (a RocksDB point read, then remembered). Valid while the store is open:
-        neither dict is ever replaced, only changed in place."""
-        return ReadPath(self._buffer.get, self._cache.get, self._read_and_remember)
+        """:meth:`get` as three calls a caller makes inline (the per-record path of the
+        typed store views): always the same object, valid for the store's whole life (see
+        :class:`ReadPath` for the contract)."""
+        return self._read_path
 
     def _read_and_remember(self, key: bytes) -> bytes | None:
         value = self._read_committed(key)
-        self._remember(key, value)
+        self._cache.remember(key, value)
         return value
-
-    def _remember(self, key: bytes, value: bytes | None) -> None:
-        size = len(key) + (0 if value is None else len(value)) + _CACHE_ENTRY_BYTES
-        if size > self._env.read_cache_share:
-            return
-        self._cache[key] = value
-        self._cache_bytes += size
-        if self._cache_bytes > self._env.read_cache_share:
-            self._trim_cache()
-
-    def _cache_committed(self) -> None:
-        """The buffer was just committed: its values are RocksDB's now, keep them.
-
-        Keys the cache held already are counted again only if new: the added entries are
-        counted at the buffer's mean entry size (a count, not a pass over the keys in
-        Python; the commit stops processing while it runs).
-        """
-        cache, buffer = self._cache, self._buffer
-        before = len(cache)
-        cache.update(buffer)
-        added = len(cache) - before
-        if added:
-            self._cache_bytes += added * (self._pending_bytes // len(buffer) + _CACHE_ENTRY_BYTES)
-        if self._cache_bytes > self._env.read_cache_share:
-            self._trim_cache()
-
-    def _trim_cache(self) -> None:
-        """Over its share: keep the entries added last, about half the share.
-
-        Half, so that a trim comes at most once per half a share of new entries; with a
-        key space larger than the cache, emptying it instead (as before issue 14) made
-        every read after a commit a RocksDB point read. The entries kept are counted at
-        the cache's mean entry size, so the trim is three C calls over the entries, not a
-        Python loop (it runs inside commits, which stop processing).
-        """
-        cache, used = self._cache, self._cache_bytes
-        count = len(cache)
-        keep = count * (self._env.read_cache_share // 2) // used if used > 0 else 0
-        entries = list(cache.items())[count - keep :] if keep else []
-        cache.clear()  # in place: read paths hold the dict (see read_path)
-        cache.update(entries)
-        self._cache_bytes = used * keep // count if count else 0
-
-    def _forget_cached(self) -> None:
-        self._cache.clear()
-        self._cache_bytes = 0
 
     def pending(self) -> Mapping[bytes, bytes | None]:
         """Read-only live view of the buffer (``None`` = delete)."""
-        return MappingProxyType(self._buffer)
+        return self._buffer.entries
 
     @property
     def pending_bytes(self) -> int:
         """Approximate bytes buffered (keys + values), kept up to date in O(1) per write."""
-        return self._pending_bytes
+        return self._buffer.size_bytes
 
     @property
     def read_cache_bytes(self) -> int:
         """Approximate bytes the read cache holds (within ``RocksDBEnv.read_cache_share``)."""
-        return self._cache_bytes
+        return self._cache.used_bytes
 
     def discard_pending(self) -> None:
         """Forget every buffered write (dirty close, revive after a failed commit)."""
         self._buffer.clear()
-        self._pending_bytes = 0
 
     def committed_offsets(self) -> dict[tuple[str, int], int]:
         """The changelog offsets stored with the data (a copy)."""
@@ -383,8 +247,9 @@ class Store:
         changed = self._changed(offsets)
         if not self._buffer and not changed:
             return
-        self._write(self._buffer.items(), changed, self._wal_on)
-        self._cache_committed()
+        self._write(self._buffer.entries.items(), changed, self._wal_on)
+        if self._buffer:
+            self._cache.add_committed(self._buffer.entries, self._buffer.size_bytes)
         self.discard_pending()
 
     def restore_batch(self) -> RestoreBatch:
@@ -417,10 +282,10 @@ class Store:
             return
         writes = cast(rocksdict.WriteBatch, batch)
         self._put_offsets(writes, changed)
-        with _rocksdb_errors(self.path):
+        with rocksdb_errors(self.path):
             db.write(writes, self._wal_on)
         self._offsets.update(changed)
-        self._forget_cached()  # the batch's keys are not listed anywhere else
+        self._cache.clear()  # the batch's keys are not listed anywhere else
         self._env.store_written()
 
     def flush(self) -> None:
@@ -429,7 +294,7 @@ class Store:
         Worth calling when a store goes quiet: the shared write buffer manager only flushes
         stores that are being written, so an idle store keeps its memtable until flushed.
         """
-        self._atomic_flush(self._require_open())
+        flush_atomically(self._require_open(), self.path)
 
     def flush_in_background(self) -> None:
         """Start flushing the data family's memtable and return without waiting.
@@ -439,40 +304,24 @@ class Store:
         every write went through the WAL: a crash at any point recovers the rest from it.
         """
         db = self._require_open()
-        with _rocksdb_errors(self.path):
+        with rocksdb_errors(self.path):
             db.flush(wait=False)
 
     def memtable_bytes(self) -> int:
         """Bytes of the data family's memtables, those waiting to be flushed included (for
         ``RocksDBEnv.store_written``; the offsets family's memtable is a few KiB)."""
-        db = self._require_open()
-        with _rocksdb_errors(self.path):
-            return db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+        return memtable_bytes(self._require_open(), self.path)
 
     def flush_memtable(self, wait: bool) -> bool:
         """Flush the data family's memtables (``RocksDBEnv.store_written`` calls it, on the
         owner thread, when the memtables of all stores grow past their budget).
 
-        ``wait``: return once the memtables are written. Without it, start the flush and
-        return at once, unless a flush of this store is already under way (False then).
-
-        The data family alone, as in :meth:`flush_in_background`: every write went through
-        the WAL, so a crash at any point recovers the rest from it. Never raises: the env
-        flushes stores other than the one it was called for, and a failure belongs to this
-        store's owner, who meets it at this store's next write. It is logged here.
+        ``wait`` and the result: see :func:`~worker.state.memtables.flush_data_family`.
+        Never raises (a failure is logged and met at this store's next write); False on
+        a closed store.
         """
         db = self._db
-        if db is None:
-            return False
-        try:
-            with _rocksdb_errors(self.path):
-                if not wait and db.property_int_value("rocksdb.mem-table-flush-pending"):
-                    return False
-                db.flush(wait=wait)
-        except (StoreError, StoreCorrupted, StoreClosedError) as exc:
-            _log.warning("store.flush_failed", path=str(self.path), error=str(exc))
-            return False
-        return True
+        return db is not None and flush_data_family(db, self.path, wait)
 
     def _changed(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         for (topic, partition), offset in offsets.items():
@@ -495,7 +344,7 @@ class Store:
             else:
                 batch.put(key, value)
         self._put_offsets(batch, offsets)
-        with _rocksdb_errors(self.path):
+        with rocksdb_errors(self.path):
             db.write(batch, options)
         self._offsets.update(offsets)
         self._env.store_written()
@@ -504,17 +353,7 @@ class Store:
         self, batch: rocksdict.WriteBatch, offsets: Mapping[tuple[str, int], int]
     ) -> None:
         for (topic, partition), offset in offsets.items():
-            batch.put(f"{topic} {partition}".encode(), _INT64.pack(offset), self._offsets_family)
-
-    def _atomic_flush(self, db: rocksdict.Rdict) -> None:
-        _remove_scratch(self.path)
-        try:
-            with _rocksdb_errors(self.path):
-                # log_size_for_flush=0 inside rocksdict: flush first, as one atomic flush
-                # of every column family because the options set atomic_flush.
-                rocksdict.Checkpoint(db).create_checkpoint(str(self.path / _FLUSH_DIR))
-        finally:
-            _remove_scratch(self.path)
+            batch.put(offset_key(topic, partition), encode_offset(offset), self._offsets_family)
 
     def get_committed(self, key: bytes) -> bytes | None:
         """The committed value, bypassing the buffer (interactive queries).
@@ -531,7 +370,7 @@ class Store:
         try:
             return db.get(key)  # type: ignore[no-any-return]
         except Exception as exc:
-            _reraise(self.path, exc)
+            reraise(self.path, exc)
 
     def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
         """Every committed (key, value) of the data family, in key order; never offsets.
@@ -540,14 +379,14 @@ class Store:
         ``items()`` silently ends early on a checksum error, so the iterator status is
         checked at the end.
         """
-        iterator = _scan(self._require_open(), self.path)
+        iterator = scan(self._require_open(), self.path)
         self._iterators.add(iterator)
         return iterator
 
     def approximate_num_keys(self) -> int:
         """RocksDB's estimate of keys in the data family (for tools)."""
         db = self._require_open()
-        with _rocksdb_errors(self.path):
+        with rocksdb_errors(self.path):
             return db.property_int_value("rocksdb.estimate-num-keys") or 0
 
     def disk_size_bytes(self) -> int:
@@ -558,79 +397,3 @@ class Store:
         if self._db is None:
             raise StoreClosedError(f"store {self.path} is closed")
         return self._db
-
-
-def _remove_scratch(path: Path) -> None:
-    """Delete the scratch checkpoint, and RocksDB's staging copy a crash may have left."""
-    for name in (_FLUSH_DIR, _FLUSH_DIR + ".tmp"):
-        shutil.rmtree(path / name, ignore_errors=True)
-
-
-def _scan(db: rocksdict.Rdict, path: Path) -> _Records:
-    """Iterate a family, checking the cursor status at the end (see ``iter_committed``)."""
-    cursor = None
-    try:
-        cursor = db.iter()
-        cursor.seek_to_first()
-        while cursor.valid():
-            yield cursor.key(), cursor.value()
-            cursor.next()
-        cursor.status()
-    except Exception as exc:
-        _reraise(path, exc)
-    finally:
-        del cursor  # releases the database reference the cursor holds
-
-
-def _load_metadata(db: rocksdict.Rdict, path: Path, existed: bool) -> dict[tuple[str, int], int]:
-    """Read the offsets family; check (or, for a new store, write) the format record."""
-    with _rocksdb_errors(path):
-        # Dropping this family handle flushes that family alone: harmless here, since
-        # nothing has been written without the WAL yet.
-        entries = list(_scan(db.get_column_family(OFFSETS_FAMILY), path))
-    version, offsets = _decode_metadata(path, entries)
-    if version is None:
-        if existed:
-            raise StoreCorrupted(
-                str(path), "format record missing: files lost or MANIFEST truncated"
-            )
-        _write_format_record(db, path)
-    elif version != FORMAT_VERSION:
-        raise StoreCorrupted(str(path), f"unknown format version {version}")
-    return offsets
-
-
-def _is_db_file(name: str) -> bool:
-    """A file RocksDB leaves in a database directory (so the store existed before)."""
-    return name.startswith(("CURRENT", "IDENTITY", "MANIFEST-")) or name.endswith((".sst", ".log"))
-
-
-def _decode_metadata(
-    path: Path, entries: list[tuple[bytes, bytes]]
-) -> tuple[int | None, dict[tuple[str, int], int]]:
-    version: int | None = None
-    offsets: dict[tuple[str, int], int] = {}
-    for key, value in entries:
-        try:
-            number = _INT64.unpack(value)[0]
-            if key == _FORMAT_KEY:
-                version = number
-                continue
-            topic, partition = key.decode().split(" ")
-            offsets[(topic, int(partition))] = number
-        except (struct.error, ValueError, UnicodeDecodeError):
-            raise StoreCorrupted(str(path), f"unreadable offsets record {key!r}") from None
-    return version, offsets
-
-
-def _write_format_record(db: rocksdict.Rdict, path: Path) -> None:
-    # Synced: a crash right after creation must not leave a store that looks truncated.
-    options = rocksdict.WriteOptions()
-    options.sync = True
-    batch = rocksdict.WriteBatch(raw_mode=True)
-    with _rocksdb_errors(path):
-        family = db.get_column_family_handle(OFFSETS_FAMILY)
-        batch.put(_FORMAT_KEY, _INT64.pack(FORMAT_VERSION), family)
-        db.write(batch, options)
-        del family
-    _log.info("store.created", path=str(path))

@@ -1,15 +1,14 @@
 """Runs the commit across the running active tasks and drops what cannot be committed.
 
 The protocol itself (what a commit does under each guarantee) is chosen once, by
-:func:`worker.tasks.commit.commit_protocol`; this module decides when its outcome
-revives tasks and keeps the failure counts and ``.checkpoint`` files in step with it.
+:func:`worker.runtime.guarantee.choose_guarantee`; this module decides when its outcome
+revives tasks and keeps the ``.checkpoint`` files in step with it.
 """
 
 from __future__ import annotations
 
 from worker.observability import get_logger
-from worker.tasks.commit import CommitFailed, CommitProtocol
-from worker.tasks.failures import ProcessingFailures
+from worker.tasks.commit_protocols import CommitFailed, CommitProtocol
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
 
@@ -17,16 +16,13 @@ from worker.tasks.state import TaskState
 class TaskCommitter:
     """Commits every running active task together; single-threaded (processing thread)."""
 
-    def __init__(
-        self, tasks: Tasks, protocol: CommitProtocol, failures: ProcessingFailures
-    ) -> None:
+    def __init__(self, tasks: Tasks, protocol: CommitProtocol) -> None:
         self._tasks = tasks
         self._protocol = protocol
-        self._failures = failures
         self._log = get_logger(component="committer")
 
     def commit(self) -> bool:
-        """Commit every running active task with the guarantee's protocol (tasks/commit.py),
+        """Commit every running active task with the guarantee's protocol (tasks/commit_protocols.py),
         then rewrite the ``.checkpoint`` files whose interval has passed.
 
         A commit that cannot complete drops the uncommitted work of every running task
@@ -50,7 +46,6 @@ class TaskCommitter:
         for task in running:
             task.mark_sources_committed(offsets)
             task.maybe_write_checkpoint()
-        self._failures.forget_committed(offsets)
         metrics.commits.inc()
         return True
 

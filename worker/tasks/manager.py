@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.errors import TaskCorrupted, TaskMigrated
+from worker.events import ASSIGNMENT_APPLIED, INITIAL_STANDBY_RECYCLED, INITIAL_STANDBYS_OPENED
 from worker.observability import get_logger
 from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
@@ -86,7 +87,7 @@ class TaskManager:
             self._tasks.start(task)
         self._tasks.publish_kinds()
         self._log.info(
-            "assignment.applied",
+            ASSIGNMENT_APPLIED,
             generation=assignment.generation,
             active=sorted(map(str, assignment.active)),
             standby=sorted(map(str, assignment.standby)),
@@ -165,13 +166,13 @@ class TaskManager:
                 self._ctx.metrics.initial_standbys_created.inc()
         self._check_offsets(opened)
         self._tasks.publish_kinds()
-        self._log.info("initial_standbys.opened", tasks=sorted(str(t.id) for t in opened))
+        self._log.info(INITIAL_STANDBYS_OPENED, tasks=sorted(str(t.id) for t in opened))
 
     def _recycle_initial_standby(self, task: Task, role: TaskRole) -> None:
         task.recycle(role)
         into = "active" if role is TaskRole.ACTIVE else "standby"
         self._ctx.metrics.initial_standbys_recycled.labels(into=into).inc()
-        task.log.info("initial_standby.recycled", into=role.value)
+        task.log.info(INITIAL_STANDBY_RECYCLED, into=role.value)
         self._tasks.start(task)
 
     def _open(self, task_id: TaskId, role: TaskRole) -> Task | None:

@@ -11,13 +11,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from worker.assignment.task_id import TP
-from worker.kafka.clients import DataConsumer
-from worker.processing.handlers import ExceptionPolicy
+from worker.kafka.consumers import DataConsumer
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader
-from worker.tasks.commit import CommitProtocol, GroupMemberView, commit_protocol
+from worker.tasks.commit_protocols import CommitProtocol, GroupMemberView
 from worker.tasks.committer import TaskCommitter
-from worker.tasks.failures import ProcessingFailures
 from worker.tasks.manager import TaskManager
 from worker.tasks.registry import Tasks
 from worker.tasks.router import RecordRouter
@@ -38,23 +36,16 @@ def build_task_parts(
     reader: ChangelogReader[Task],
     consumer: DataConsumer,
     member: GroupMemberView,
+    protocol: CommitProtocol,
     high_watermarks: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
-    protocol: CommitProtocol | None = None,
 ) -> TaskParts:
-    """Wire the parts over one registry. ``protocol`` defaults to the guarantee's
-    (:func:`worker.tasks.commit.commit_protocol`); tests may pass their own."""
-    settings = ctx.settings
-    failures = ProcessingFailures(
-        ExceptionPolicy(settings.processing_exception_handler),
-        settings.processing_exception_max_retries,
-    )
+    """Wire the parts over one registry; ``protocol`` is the guarantee's commit
+    (:func:`worker.runtime.guarantee.choose_guarantee`)."""
     tasks = Tasks(ctx, reader, consumer, member)
-    committer = TaskCommitter(
-        tasks, protocol or commit_protocol(settings, ctx.collector, member), failures
-    )
+    committer = TaskCommitter(tasks, protocol)
     return TaskParts(
         tasks,
         TaskManager(topology, tasks, committer, high_watermarks),
-        RecordRouter(tasks, committer, failures),
+        RecordRouter(tasks, committer),
         committer,
     )

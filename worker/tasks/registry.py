@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from worker.assignment.task_id import TP, TaskId
-from worker.kafka.clients import DataConsumer
+from worker.kafka.consumers import DataConsumer
 from worker.observability import get_logger
 from worker.state.restore import ChangelogReader
-from worker.tasks.commit import OffsetCommitter
+from worker.tasks.commit_protocols import GroupOffsets
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
@@ -28,12 +28,12 @@ class Tasks:
         ctx: TaskContext,
         reader: ChangelogReader[Task],
         consumer: DataConsumer,
-        committer: OffsetCommitter,
+        group_offsets: GroupOffsets,
     ) -> None:
         self.ctx = ctx
         self._reader = reader
         self._consumer = consumer
-        self._committer = committer
+        self._group_offsets = group_offsets
         self.by_id: dict[TaskId, Task] = {}
         self.route: dict[TP, Task] = {}
         self.first_assignment_at: float | None = None
@@ -109,7 +109,7 @@ class Tasks:
             self.route.pop(tp, None)
 
     def _start_inputs(self, task: Task) -> None:
-        committed = self._committer.committed(task.source_partitions)
+        committed = self._group_offsets.committed(task.source_partitions)
         self._consumer.add(task.start_positions(committed))
         for tp in task.source_partitions:
             self.route[tp] = task

@@ -1,6 +1,7 @@
-"""Routes fetched records to their tasks and applies the processing failure policy.
+"""Routes fetched records to their tasks and says whose fault a failed record is.
 
-A record whose processing raises is the record's fault unless the worker says otherwise:
+A record whose processing raises (a task's :class:`RunFailed` names it) is the record's
+fault, handed to its task's :class:`ProcessingFailures`, unless the worker says otherwise:
 an :class:`OutputFailed` (the producer could not send) revives every running task
 without blaming the record; any other worker error (a fail policy, a topology bug, a
 fatal client error) stops the worker.
@@ -12,9 +13,9 @@ from typing import Any
 
 from worker.errors import OutputFailed, TransactionAborted, WorkerError
 from worker.observability import get_logger
-from worker.processing.handlers import RecordFailed, describe, format_stacktrace
+from worker.processing.handlers import describe
 from worker.tasks.committer import TaskCommitter
-from worker.tasks.failures import FailureDecision, ProcessingFailures
+from worker.tasks.failures import RunFailed
 from worker.tasks.registry import Tasks
 from worker.tasks.task import Task
 
@@ -22,12 +23,9 @@ from worker.tasks.task import Task
 class RecordRouter:
     """Hands each record to the task that owns its partition; single-threaded."""
 
-    def __init__(
-        self, tasks: Tasks, committer: TaskCommitter, failures: ProcessingFailures
-    ) -> None:
+    def __init__(self, tasks: Tasks, committer: TaskCommitter) -> None:
         self._tasks = tasks
         self._committer = committer
-        self._failures = failures
         self._first_processed = False
         self._log = get_logger(component="router")
 
@@ -51,20 +49,16 @@ class RecordRouter:
                 continue
             try:
                 after = task.process_run(messages, i)
-            except OutputFailed as exc:
-                processed += task.failed_at - i
-                i = task.failed_at + 1
-                self._output_failed(exc)
+            except RunFailed as failed:
+                stopped = failed
+            else:
+                processed += after - i
+                i = after
                 continue
-            except WorkerError:
-                raise  # the worker's own failure (or a fail policy), not the record's
-            except Exception as exc:
-                processed += task.failed_at - i
-                i = task.failed_at + 1
-                self._processing_failed(task, messages[i - 1], exc)
-                continue
-            processed += after - i
-            i = after
+            # Out of the handler, so that an error re-raised keeps its own context.
+            processed += stopped.index - i
+            i = stopped.index + 1
+            self._run_failed(task, stopped)
         if processed:
             self._counted(processed)
         return processed
@@ -78,37 +72,34 @@ class RecordRouter:
             elapsed = self._tasks.ctx.clock.monotonic() - started
             metrics.first_process_after_join.set(elapsed)
 
-    def _processing_failed(self, task: Task, msg: Any, exc: Exception) -> None:
-        """A processor or sink raised on ``msg``: revive, then retry it, skip it or stop.
+    def _run_failed(self, task: Task, failed: RunFailed) -> None:
+        """Whose fault: the producer's (revive every task), the worker's (raise) or the
+        record's (its task's failure policy)."""
+        error = failed.error
+        if isinstance(error, OutputFailed):
+            self._output_failed(error)
+        elif isinstance(error, WorkerError):
+            raise error  # the worker's own failure (or a fail policy), not the record's
+        else:
+            self._processing_failed(task, failed)
 
-        1. Count the failure; ProcessingFailures says retry, skip or fail.
-        2. fail: raise RecordFailed; the worker stops and its tasks close dirty.
-        3. Drop the partial work of the failed attempt by reviving from the last committed
+    def _processing_failed(self, task: Task, failed: RunFailed) -> None:
+        """A processor or sink raised on a record: count it, then retry, skip or stop.
+
+        1. The task's ProcessingFailures counts the attempt and applies the policy once
+           the retries are used up: under ``fail`` it raises RecordFailed (the worker
+           stops and its tasks close dirty); otherwise it marks the record to skip.
+        2. Drop the partial work of the failed attempt by reviving from the last committed
            state. Under exactly-once the open transaction is aborted, so every running
            active task is revived; under at-least-once only this one (what it already
-           produced stays produced: at least once).
-        4. skip: mark the record, so that when it arrives again it is skipped (logged or
-           dead-lettered, inside the transaction that commits past it).
+           produced stays produced: at least once). A record marked to skip is skipped
+           (logged or dead-lettered) when it arrives again, inside the transaction that
+           commits past it.
         """
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        decision, attempts = self._failures.failed(topic, partition, offset)
-        task.log.warning(
-            "record.processing_failed",
-            record=f"{topic}-{partition}@{offset}",
-            attempt=attempts,
-            decision=decision.value,
-            error=describe(exc),
-        )
-        if decision is FailureDecision.FAIL:
-            raise RecordFailed(
-                f"task {task.id}: record {topic}-{partition}@{offset} failed {attempts} times:"
-                f" {describe(exc)} (processing.exception.handler = fail)"
-            ) from exc
-        if decision is FailureDecision.SKIP:
-            task.mark_poisoned(msg, exc, format_stacktrace(exc))
+        task.failures.failed(failed.record, failed.error)  # type: ignore[union-attr]
         running = self._tasks.running_actives()
         revived = running if self._committer.abort() else [task]
-        self._tasks.revive(revived, "processing_error", describe(exc))
+        self._tasks.revive(revived, "processing_error", describe(failed.error))
 
     def _output_failed(self, exc: OutputFailed) -> None:
         """A sink could not send (broker away, no transaction could start, fenced).

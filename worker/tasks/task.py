@@ -16,17 +16,19 @@ from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
-from worker.kafka.clients import RecordCollector
+from worker.events import TASK_WIPED
+from worker.kafka.collector import RecordCollector
 from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
 from worker.processing.graph import TaskGraph
-from worker.processing.handlers import BadRecord, ExceptionPolicy, RecordErrorHandler
+from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 
 
@@ -72,13 +74,8 @@ class Task:
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
         self._graph: TaskGraph | None = None
-        self.errors: RecordErrorHandler | None = None
-        # Records whose retries are used up: skipped whenever they arrive again until a
-        # commit moves past them (the task was revived in between, so nothing of their
-        # failed attempts survives).
-        self._poisoned: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
+        self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self._last_checkpoint = ctx.clock.monotonic()
-        self.failed_at = -1  # index (in its batch) of the record process_run last failed on
         # Restoring after a revival (closed dirty and restarted), not after an assignment:
         # the availability tracker charges the wait to "revive" instead of "restore".
         self.revived = False
@@ -122,7 +119,7 @@ class Task:
 
     def _new_graph(self) -> TaskGraph:
         settings = self._ctx.settings
-        self.errors = RecordErrorHandler(
+        errors = RecordErrorHandler(
             str(self.id),
             ExceptionPolicy(settings.default_deserialization_exception_handler),
             ExceptionPolicy(settings.processing_exception_handler),
@@ -133,9 +130,10 @@ class Task:
             self.log,
             settings.max_record_bytes,
         )
-        return TaskGraph(
-            self.subtopology, str(self.id), self.stores, self._ctx.collector, self.errors
+        self.failures = ProcessingFailures(
+            errors, settings.processing_exception_max_retries, self.log
         )
+        return TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector, errors)
 
     @property
     def is_active(self) -> bool:
@@ -165,7 +163,7 @@ class Task:
         self._consumed.clear()
         self._committed_sources.clear()
         self._produced.clear()
-        self._poisoned.clear()
+        self.failures = None
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
 
     def _migrate_checkpoint(self) -> None:
@@ -192,7 +190,7 @@ class Task:
         self._close_stores()
         self._ctx.state_dir.wipe_task(self.id, self)
         self._ctx.metrics.state_wipes.labels(reason=reason).inc()
-        self.log.warning("task.wiped", reason=reason)
+        self.log.warning(TASK_WIPED, reason=reason)
         self._open_stores()
 
     def close(self, clean: bool) -> None:
@@ -245,54 +243,31 @@ class Task:
         through the graph (actives only). Returns the index after the last one processed.
 
         One call per run of records rather than per record (issue 14): the graph's source
-        function is looked up once and the consumed offset written once. Whatever the
-        processors raise propagates (the router retries the record), with
-        :attr:`failed_at` the index of the record that raised; a record marked poisoned is
-        skipped instead, by the processing exception policy.
+        function is looked up once and the consumed offset written once. A record that
+        raises ends the run with :class:`RunFailed`, naming it and its index (the records
+        before it count as consumed); a record :attr:`failures` marked is skipped instead.
         """
         first = messages[start]
         topic, partition = first.topic(), first.partition()
-        poisoned = self._poisoned
         end = len(messages)
         i = start
         try:
             run = self._graph.runner(topic)  # type: ignore[union-attr]
+            failures: ProcessingFailures = self.failures  # type: ignore[assignment]
+            marked = failures.marked
             while i < end:
                 msg = messages[i]
                 if msg.partition() != partition or msg.topic() != topic:
                     break
-                if not poisoned or not self._skip_poisoned(msg):
+                if not marked or not failures.skip(msg):
                     run(msg)
                 i += 1
-        except BaseException:
-            self.failed_at = i
-            raise
+        except Exception as exc:
+            raise RunFailed(i, messages[i], exc) from exc
         finally:
             if i > start:
                 self._consumed[(topic, partition)] = messages[i - 1].offset()
         return i
-
-    def mark_poisoned(self, msg: Any, exc: BaseException, stacktrace: str) -> None:
-        """Skip ``msg`` when it arrives again: its processing failed on every attempt."""
-        self._poisoned[(msg.topic(), msg.partition(), msg.offset())] = (exc, stacktrace)
-
-    def _skip_poisoned(self, msg: Any) -> bool:
-        # The mark stays until a commit moves past the record: a revival for a later
-        # record's failure brings this one back, and it must be skipped again.
-        found = self._poisoned.get((msg.topic(), msg.partition(), msg.offset()))
-        if found is None:
-            return False
-        record = BadRecord(
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
-            msg.timestamp()[1],
-            msg.key(),
-            msg.value(),
-            msg.headers(),
-        )
-        self.errors.processing_failed(record, *found)  # type: ignore[union-attr]
-        return True
 
     def start_positions(self, committed: Mapping[TP, int | None]) -> dict[TP, int | None]:
         """Where processing resumes: the group's committed offset of each source partition.
@@ -381,10 +356,8 @@ class Task:
 
     def mark_sources_committed(self, offsets: Mapping[TP, int]) -> None:
         self._committed_sources.update(offsets)
-        if self._poisoned:
-            for topic, partition, offset in list(self._poisoned):
-                if offset < offsets.get((topic, partition), -1):
-                    del self._poisoned[(topic, partition, offset)]
+        if self.failures is not None:
+            self.failures.forget_committed(offsets)
 
     def maybe_write_checkpoint(self) -> None:
         """Step 5: rewrite ``.checkpoint`` when ``statestore.checkpoint.interval.ms`` passed."""

@@ -163,7 +163,7 @@ def _inventory(root: Path, app_dir: Path, settings: Settings) -> StateInventory:
 
 
 def _add_lags(inventory: StateInventory, settings: Settings, timeout: float) -> StateInventory:
-    from worker.kafka.clients import fetch_high_watermarks  # only when a broker is wanted
+    from worker.kafka.consumers import fetch_high_watermarks  # only when a broker is wanted
 
     wanted = inventory.changelog_partitions()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import time
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -12,12 +11,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.http.conftest import ME, OTHER, StatusBox, Stores, key_on, snapshot
+from worker.clock import FakeClock
 from worker.errors import FatalError
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
-from worker.runtime.status import Status, WorkerState
+from worker.runtime.status import HEALTH_STALE_SECONDS, Status, WorkerState
 
 
 @pytest.fixture
@@ -53,12 +53,28 @@ def test_metrics_are_prometheus_text(server: HttpServer) -> None:
     assert "worker_tasks" in names
 
 
-def test_healthz_follows_the_heartbeat(server: HttpServer, box: StatusBox) -> None:
-    box.current = Status(WorkerState.RUNNING, heartbeat=time.monotonic())
+def test_healthz_answers_the_liveness_judged_on_the_worker_clock(
+    server: HttpServer, box: StatusBox
+) -> None:
+    clock = FakeClock(now=1e9)  # far from time.monotonic(): a mix of clocks would show
+    beat = Status(WorkerState.RUNNING, heartbeat=clock.monotonic())
+    box.current = beat.judged(clock.monotonic())
     assert get_json(server, "/healthz")[0] == 200
-    box.current = Status(WorkerState.RUNNING, heartbeat=time.monotonic() - 3600)
+
+    clock.advance(HEALTH_STALE_SECONDS + 1)
+    box.current = beat.judged(clock.monotonic())
+
     code, _, body = get_json(server, "/healthz")
     assert (code, body["alive"]) == (503, False)
+
+
+def test_healthz_is_503_in_error(server: HttpServer, box: StatusBox) -> None:
+    clock = FakeClock()
+    box.current = Status(WorkerState.ERROR, heartbeat=clock.monotonic()).judged(clock.monotonic())
+
+    code, _, body = get_json(server, "/healthz")
+
+    assert (code, body) == (503, {"alive": False, "state": "error"})
 
 
 def test_readyz_is_503_while_rebalancing_or_restoring_and_200_when_every_active_runs(

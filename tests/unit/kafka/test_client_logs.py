@@ -8,6 +8,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from worker.events import LIBRDKAFKA_LOG
 from worker.kafka.client_logs import LibrdkafkaHandler, librdkafka_logger
 
 REFUSED = (
@@ -41,7 +42,7 @@ def test_a_line_becomes_an_event_with_the_client_facility_and_level() -> None:
         handler.emit(_record(REFUSED.format(port=4321, ms=0)))
     assert logs == [
         {
-            "event": "librdkafka.log",
+            "event": LIBRDKAFKA_LOG,
             "log_level": "error",
             "component": "librdkafka",
             "client": "consumer",

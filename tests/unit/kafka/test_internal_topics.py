@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import pytest
 
 from worker.errors import KafkaUnavailable, TopologyError
-from worker.kafka.clients import TopicSpec
+from worker.kafka.admin import TopicSpec
 from worker.kafka.topics import DLQ_CONFIG, TopicWatch, dlq_topic, prepare_topics
 from worker.processing import Topology
 from worker.processing.topology import BuiltTopology

@@ -24,13 +24,9 @@ from worker.assignment.task_id import TaskId
 from worker.config import Settings
 from worker.errors import FatalError, RebalanceInProgress
 from worker.kafka import membership
-from worker.kafka.membership import (
-    Assigned,
-    GroupMember,
-    Lost,
-    MemberState,
-    planner_config,
-)
+from worker.kafka.member_config import planner_config
+from worker.kafka.member_states import Assigned, Lost, MemberState
+from worker.kafka.membership import GroupMember
 from worker.observability import Metrics
 
 A, B, C = TaskId(0, 0), TaskId(0, 1), TaskId(0, 2)

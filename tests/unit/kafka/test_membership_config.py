@@ -6,7 +6,8 @@ import pytest
 
 from worker.config import Settings
 from worker.errors import FatalError
-from worker.kafka.membership import GroupMember, kafka_python_config
+from worker.kafka.member_config import kafka_python_config
+from worker.kafka.membership import GroupMember
 from worker.observability import Metrics
 
 

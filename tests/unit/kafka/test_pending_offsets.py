@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from worker.kafka.clients import PendingOffsets
+from worker.kafka.admin import PendingOffsets
 
 
 def answered(offset: int) -> Future[Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.runtime import assembly
 from worker.runtime.assembly import Hooks, Outcome, assemble
+from worker.runtime.guarantee import Guarantee
 from worker.runtime.status import Status
 from worker.state.directory import StateDirectory
 
@@ -55,10 +55,7 @@ def settings(tmp_path: Path) -> Settings:
 
 
 def hooks() -> Hooks:
-    def ignore(_events: Sequence[Any]) -> None:
-        return None
-
-    return Hooks(Status, lambda: None, ignore, lambda: None)  # type: ignore[arg-type,return-value]
+    return Hooks(Status, lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
 
 
 @pytest.fixture
@@ -69,7 +66,11 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> list[Closable]:
     monkeypatch.setattr(
         assembly, "prepare_topics", lambda *_a, **_k: TopicLayout(partitions={0: 1})
     )
-    monkeypatch.setattr(assembly, "RecordCollector", Closable)
+    monkeypatch.setattr(
+        assembly,
+        "choose_guarantee",
+        lambda *_a: Guarantee(Closable(), lambda _member: None),  # type: ignore[arg-type,return-value]
+    )
     monkeypatch.setattr(assembly, "DataConsumer", Closable)
     monkeypatch.setattr(assembly, "WatermarkReader", Closable)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import FakeClock
-from worker.kafka.clients import PendingOffsets
+from worker.kafka.admin import PendingOffsets
 from worker.observability import Metrics
 from worker.runtime.availability import AvailabilityTracker, StallCause
 from worker.runtime.input_watch import InputWatch, LoopConditions

@@ -9,6 +9,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from worker.errors import WorkerError
+from worker.events import WORKER_TRANSITION
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics
 from worker.runtime.status import (
@@ -124,7 +125,7 @@ def test_a_transition_is_logged_with_source_and_target() -> None:
 
     assert logs == [
         {
-            "event": "worker.transition",
+            "event": WORKER_TRANSITION,
             "log_level": "info",
             "role": "worker",
             "src": "created",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from worker.kafka.clients import TopicSpec
+from worker.kafka.admin import TopicSpec
 from worker.spark.errors import LoadRejected
 from worker.spark.target import Target, check_target, create, expected_partitions
 

@@ -311,6 +311,8 @@ def test_using_a_closed_store_raises_store_closed(store: Store) -> None:
     with pytest.raises(StoreClosedError):
         store.put(b"a", b"1")
     with pytest.raises(StoreClosedError):
+        store.delete(b"a")
+    with pytest.raises(StoreClosedError):
         store.commit({T0: 1})
 
 
@@ -533,9 +535,10 @@ def test_a_full_read_cache_keeps_the_values_read_last(tmp_path: Path) -> None:
             store.get(key)
 
         assert 0 < store.read_cache_bytes <= env.read_cache_share
-        cached = store._cache  # what a read finds without RocksDB
-        assert keys[-1] in cached and keys[-100] in cached
-        assert keys[0] not in cached
+        cached = store.read_path().cached  # what a read finds without RocksDB
+        absent = object()
+        assert cached(keys[-1], absent) is not absent and cached(keys[-100], absent) is not absent
+        assert cached(keys[0], absent) is absent
     finally:
         store.close()
 

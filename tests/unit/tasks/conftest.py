@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeCollector, FakeCommitter, FakeDataConsumer, FakeRestoreConsumer
+from tests.fakes import FakeCollector, FakeDataConsumer, FakeGroupOffsets, FakeRestoreConsumer
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
 from worker.clock import FakeClock
@@ -32,7 +32,7 @@ from worker.serde import JSON, STR
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import MiB, RocksDBEnv
-from worker.tasks.commit import CommitProtocol
+from worker.tasks.commit_protocols import AtLeastOnceCommit, CommitProtocol
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.manager import TaskManager
 from worker.tasks.parts import TaskParts, build_task_parts
@@ -144,7 +144,7 @@ class Harness:
     parts: TaskParts
     ctx: TaskContext
     collector: FakeCollector
-    committer: FakeCommitter
+    group_offsets: FakeGroupOffsets
     consumer: FakeDataConsumer
     restore_consumer: FakeRestoreConsumer
     clock: FakeClock
@@ -213,7 +213,7 @@ def make_harness(
     For tests that cannot use the ``harness`` fixture (hypothesis tests build one per
     test run); call ``harness.manager.close_all(clean=False)`` at the end.
     """
-    committer = FakeCommitter()
+    group_offsets = FakeGroupOffsets()
     consumer = FakeDataConsumer()
     restore_consumer = FakeRestoreConsumer()
     reader = ChangelogReader(restore_consumer, ctx.metrics, batch_records=1000)  # type: ignore[arg-type]
@@ -222,16 +222,16 @@ def make_harness(
         ctx,
         reader,
         consumer,  # type: ignore[arg-type]
-        committer,  # type: ignore[arg-type]
+        group_offsets,  # type: ignore[arg-type]
+        protocol or AtLeastOnceCommit(ctx.collector, group_offsets, ctx.settings.commit_timeout_s),
         # The ends the fake broker holds, as the fetch path would report them.
         high_watermarks=lambda tps: {tp: restore_consumer.end_offset(tp) for tp in tps},
-        protocol=protocol,
     )
     return Harness(
         parts,
         ctx,
         ctx.collector,  # type: ignore[arg-type]
-        committer,
+        group_offsets,
         consumer,
         restore_consumer,
         ctx.clock,  # type: ignore[arg-type]

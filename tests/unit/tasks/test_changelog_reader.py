@@ -14,7 +14,8 @@ from structlog.testing import capture_logs
 from tests.fakes import FakeRestoreConsumer
 from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
 from worker.assignment.task_id import TaskId
-from worker.kafka.clients import FetchedBatch
+from worker.events import CHANGELOG_TRANSITION
+from worker.kafka.consumers import FetchedBatch
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader
@@ -259,7 +260,7 @@ def test_a_step_with_nothing_registered_fetches_nothing(
 
 def changelog_moves(logs: list[dict]) -> list[tuple[str, str, str]]:
     return [
-        (e["changelog"], e["src"], e["dst"]) for e in logs if e["event"] == "changelog.transition"
+        (e["changelog"], e["src"], e["dst"]) for e in logs if e["event"] == CHANGELOG_TRANSITION
     ]
 
 

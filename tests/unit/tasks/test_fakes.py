@@ -14,20 +14,21 @@ import pytest
 from tests.fakes import (
     DictStore,
     FakeCollector,
-    FakeCommitter,
     FakeDataConsumer,
+    FakeGroupOffsets,
     FakeMessage,
     FakeRestoreConsumer,
 )
-from worker.kafka.clients import DataConsumer, FetchedBatch, RecordCollector, RestoreConsumer
+from worker.kafka.collector import RecordCollector
+from worker.kafka.consumers import DataConsumer, FetchedBatch, RestoreConsumer
 from worker.processing.context import RawStore, RecordSink
-from worker.tasks.commit import OffsetCommitter
+from worker.tasks.commit_protocols import GroupOffsets
 
 PAIRS = [
     (RecordCollector, FakeCollector),
     (DataConsumer, FakeDataConsumer),
     (RestoreConsumer, FakeRestoreConsumer),
-    (OffsetCommitter, FakeCommitter),
+    (GroupOffsets, FakeGroupOffsets),
     (RawStore, DictStore),
     (RecordSink, FakeCollector),
 ]

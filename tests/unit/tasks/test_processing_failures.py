@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeMessage
+from tests.fakes import FakeCollector, FakeMessage
 from tests.unit.tasks.conftest import (
     APP,
     CHECKPOINT_INTERVAL_S,
@@ -25,13 +25,20 @@ from tests.unit.tasks.conftest import (
     make_harness,
 )
 from worker.assignment.task_id import TaskId
+from worker.clock import FakeClock
 from worker.config import Settings
 from worker.errors import FatalError, ProduceFailed, TopologyError
+from worker.observability import Metrics, get_logger
 from worker.processing import ProcessorContext, Topology
-from worker.processing.handlers import HEADER_PREFIX, ExceptionPolicy, RecordFailed
+from worker.processing.handlers import (
+    HEADER_PREFIX,
+    ExceptionPolicy,
+    RecordErrorHandler,
+    RecordFailed,
+)
 from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
-from worker.tasks.failures import FailureDecision, ProcessingFailures
+from worker.tasks.failures import FailureDecision, ProcessingFailures, RunFailed
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task, TaskContext
 
@@ -142,7 +149,7 @@ def test_a_record_that_fails_once_revives_the_task_and_succeeds_on_retry(
     assert harness.commits.commit()
     assert committed_count(task, "a") == 5
     assert poison.calls == [1, 2, 3, 4, 3, 4, 5]  # from the committed offset again
-    assert harness.committer.offsets[(EVENTS, 1)] == 5
+    assert harness.group_offsets.offsets[(EVENTS, 1)] == 5
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 0
 
 
@@ -158,7 +165,7 @@ def test_a_record_failing_every_attempt_is_skipped_under_log_and_continue(
 
     assert poison.calls.count(2) == 3, "tried 1 + processing.exception.max.retries times"
     assert committed_count(task, "a") == 2, "its partial writes never reached the store"
-    assert harness.committer.offsets[(EVENTS, 1)] == 3, "committed past the skipped record"
+    assert harness.group_offsets.offsets[(EVENTS, 1)] == 3, "committed past the skipped record"
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 1
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 3
     assert [r for r in harness.collector.sent if r.topic == DLQ] == []
@@ -220,6 +227,27 @@ def test_under_at_least_once_only_the_failing_task_is_revived(
     assert t0.state is TaskState.RUNNING and dict(t0.stores[COUNTS].pending()) == {b"a": b"1"}
     assert t1.state is TaskState.RESTORING
     assert harness.metric("worker_task_revivals_total", reason="processing_error") == 1
+
+
+def test_a_failing_record_ends_its_run_with_an_error_naming_its_index_and_the_record(
+    harness: Harness, poison: Poison
+) -> None:
+    (task,) = start(harness, T01)
+    poison.raise_on[9] = 1
+    batch = [
+        FakeMessage(EVENTS, 1, 4 + i, b"a", JSON.serialize({"n": n}))
+        for i, n in enumerate([1, 9, 3])
+    ]
+
+    with pytest.raises(RunFailed) as raised:
+        task.process_run(batch, 0)
+
+    failed = raised.value
+    assert (failed.index, failed.record) == (1, batch[1])
+    assert failed.error is poison.error and failed.__cause__ is poison.error
+    assert "events-1@5 (index 1) raised ZeroDivisionError: poisoned" in str(failed)
+    assert poison.calls == [1, 9], "the records after it were not run"
+    assert task.source_offsets_to_commit() == {(EVENTS, 1): 5}, "the one before it consumed"
 
 
 def test_a_failure_drops_the_rest_of_its_tasks_batch_but_not_the_other_tasks_records(
@@ -315,34 +343,55 @@ def test_a_producer_failure_while_sending_revives_every_running_task_without_bla
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 0
 
 
-def test_failure_counts_are_forgotten_once_committed_past() -> None:
-    failures = ProcessingFailures(ExceptionPolicy.LOG_AND_CONTINUE, max_retries=2)
+def failures_under(policy: ExceptionPolicy, max_retries: int) -> ProcessingFailures:
+    errors = RecordErrorHandler(
+        "0_1", policy, policy, DLQ, FakeCollector(), Metrics(), FakeClock(), get_logger()
+    )
+    return ProcessingFailures(errors, max_retries, get_logger())
 
-    assert failures.failed("t", 0, 5) == (FailureDecision.RETRY, 1)
-    assert failures.failed("t", 0, 5) == (FailureDecision.RETRY, 2)
-    failures.failed("t", 1, 5)
+
+def record(partition: int, offset: int) -> FakeMessage:
+    return FakeMessage("t", partition, offset, b"k", b"v")
+
+
+BOOM = ZeroDivisionError("boom")
+
+
+def test_failure_counts_and_skip_marks_are_forgotten_once_committed_past() -> None:
+    failures = failures_under(ExceptionPolicy.LOG_AND_CONTINUE, max_retries=2)
+
+    assert failures.failed(record(0, 5), BOOM) == (FailureDecision.RETRY, 1)
+    assert failures.failed(record(0, 5), BOOM) == (FailureDecision.RETRY, 2)
+    failures.failed(record(1, 5), BOOM)
+    failures.failed(record(1, 5), BOOM)
+    assert failures.failed(record(1, 5), BOOM) == (FailureDecision.SKIP, 3)
     failures.forget_committed({("t", 0): 6})
 
-    assert failures.attempts("t", 0, 5) == 0 and failures.attempts("t", 1, 5) == 1
-    assert failures.failed("t", 0, 5) == (FailureDecision.RETRY, 1)
+    assert failures.attempts("t", 0, 5) == 0 and failures.attempts("t", 1, 5) == 0
+    assert failures.failed(record(0, 5), BOOM) == (FailureDecision.RETRY, 1)
+    assert failures.skip(record(1, 5)), "partition 1 is not committed past its mark"
+    failures.forget_committed({("t", 1): 6})
+    assert not failures.skip(record(1, 5))
 
 
-@pytest.mark.parametrize(
-    "choice, last",
-    [
-        (ExceptionPolicy.FAIL, FailureDecision.FAIL),
-        (ExceptionPolicy.LOG_AND_CONTINUE, FailureDecision.SKIP),
-        (ExceptionPolicy.DEAD_LETTER, FailureDecision.SKIP),
-    ],
-)
-def test_the_policy_decides_after_the_last_retry(
-    choice: ExceptionPolicy, last: FailureDecision
-) -> None:
-    failures = ProcessingFailures(choice, max_retries=1)
+@pytest.mark.parametrize("choice", [ExceptionPolicy.LOG_AND_CONTINUE, ExceptionPolicy.DEAD_LETTER])
+def test_after_the_last_retry_a_skipping_policy_marks_the_record(choice: ExceptionPolicy) -> None:
+    failures = failures_under(choice, max_retries=1)
 
-    assert failures.failed("t", 0, 0)[0] is FailureDecision.RETRY
-    assert failures.failed("t", 0, 0) == (last, 2)
+    assert failures.failed(record(0, 0), BOOM)[0] is FailureDecision.RETRY
+    assert not failures.skip(record(0, 0))
+    assert failures.failed(record(0, 0), BOOM) == (FailureDecision.SKIP, 2)
     assert failures.attempts("t", 0, 0) == 0
+    assert failures.skip(record(0, 0)) and not failures.skip(record(0, 1))
+
+
+def test_after_the_last_retry_the_fail_policy_stops_the_worker() -> None:
+    failures = failures_under(ExceptionPolicy.FAIL, max_retries=1)
+
+    assert failures.failed(record(0, 0), BOOM)[0] is FailureDecision.RETRY
+    with pytest.raises(RecordFailed, match="record t-0@0 failed 2 times: ZeroDivisionError"):
+        failures.failed(record(0, 0), BOOM)
+    assert failures.attempts("t", 0, 0) == 0 and not failures.marked
 
 
 def test_two_bad_records_in_a_row_are_both_skipped_without_retrying_the_first_again(
@@ -359,5 +408,5 @@ def test_two_bad_records_in_a_row_are_both_skipped_without_retrying_the_first_ag
     assert poison.calls.count(2) == 3, "skipped, not retried, when 3's revivals bring it back"
     assert poison.calls.count(3) == 3
     assert committed_count(task, "a") == 2
-    assert harness.committer.offsets[(EVENTS, 1)] == 4
+    assert harness.group_offsets.offsets[(EVENTS, 1)] == 4
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 2

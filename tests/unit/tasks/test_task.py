@@ -20,10 +20,13 @@ from tests.unit.tasks.conftest import (
 )
 from worker.clock import FakeClock
 from worker.errors import StateLocked, TaskCorrupted
+from worker.events import TASK_TRANSITION
 from worker.observability import Metrics
+from worker.processing.handlers import RecordFailed
 from worker.processing.topology import BuiltTopology
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
+from worker.tasks.failures import RunFailed
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
 
@@ -99,7 +102,7 @@ def test_task_transitions_are_logged_with_task_id_and_role_bound(
         task = new_task(ctx, topology)
         task.transition(TaskState.RESTORING, "assigned")
 
-    (entry,) = [e for e in logs if e["event"] == "task.transition"]
+    (entry,) = [e for e in logs if e["event"] == TASK_TRANSITION]
     assert entry["task_id"] == "0_1"
     assert entry["role"] == "active"
     assert (entry["src"], entry["dst"], entry["reason"]) == ("created", "restoring", "assigned")
@@ -298,10 +301,14 @@ def test_a_failing_record_ends_the_run_with_its_index_and_the_records_before_it_
         event(7, "d"),
     ]
 
-    with pytest.raises(Exception, match="JSON|json"):
+    with pytest.raises(RunFailed) as raised:
         task.process_run(batch, 0)
 
-    assert task.failed_at == 2
+    assert (raised.value.index, raised.value.record) == (2, batch[2])
+    assert isinstance(raised.value.error, RecordFailed), (
+        "default.deserialization.exception.handler = fail"
+    )
+    assert "JSON" in str(raised.value.error) or "json" in str(raised.value.error)
     assert task.source_offsets_to_commit() == {EV: 6}
     assert len(collector.sent) == 2
 

@@ -99,7 +99,7 @@ def test_commit_steps_run_in_order_produce_flush_write_stores_commit_sources(
         seen["commit"] = (store.get_committed(b"a"), store.committed_offsets(), dict(offsets))
 
     harness.collector.before_flush = at_flush
-    harness.committer.before_commit = at_source_commit
+    harness.group_offsets.before_commit = at_source_commit
 
     harness.commits.commit()
 
@@ -145,7 +145,7 @@ def test_source_offsets_are_committed_through_the_committer_as_next_offsets(
 
     harness.commits.commit()
 
-    assert harness.committer.commits == [{ev(T00): 3, ev(T01): 1, lb(T01): 1}]
+    assert harness.group_offsets.commits == [{ev(T00): 3, ev(T01): 1, lb(T01): 1}]
 
 
 def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
@@ -160,7 +160,7 @@ def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
     store = task.stores[COUNTS]
     assert store.get_committed(b"a") is None
     assert store.committed_offsets() == {}
-    assert harness.committer.commits == []
+    assert harness.group_offsets.commits == []
     assert dict(store.pending()) == {}, "uncommitted work dropped: it is reprocessed"
     assert task.state is TaskState.RESTORING
     assert harness.metric("worker_task_revivals_total", reason="produce_failed") == 1
@@ -170,7 +170,7 @@ def test_a_failing_flush_revives_the_tasks_from_their_last_committed_state(
     harness.process()  # the same input again, from the committed source offset
     assert harness.commits.commit()
     assert store.get_committed(b"a") == b"1"
-    assert harness.committer.commits == [{ev(T01): 1}]
+    assert harness.group_offsets.commits == [{ev(T01): 1}]
 
 
 def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
@@ -182,7 +182,7 @@ def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
     assert not harness.commits.commit()
 
     assert harness.collector.flushes == flushes
-    assert len(harness.committer.commits) == 1
+    assert len(harness.group_offsets.commits) == 1
     assert harness.metric("worker_commits_total") == 1
 
 
@@ -269,7 +269,7 @@ def test_interleaved_runs_of_partitions_commit_each_partitions_last_offset(
     assert harness.router.process(batch) == 7
     assert harness.commits.commit()
 
-    assert harness.committer.commits == [{ev(T00): 3, ev(T01): 3, lb(T01): 1}]
+    assert harness.group_offsets.commits == [{ev(T00): 3, ev(T01): 3, lb(T01): 1}]
     assert t0.stores[COUNTS].get_committed(b"a") == b"2"
     assert t1.stores[COUNTS].get_committed(b"b") == b"2"
     assert t1.stores[LABELS].committed_offsets() == {lb(T01): 0}
@@ -285,7 +285,7 @@ def test_records_of_partitions_no_running_task_owns_are_dropped(harness: Harness
 
 
 def test_processing_resumes_from_the_groups_committed_offsets(harness: Harness) -> None:
-    harness.committer.offsets[ev(T01)] = 7
+    harness.group_offsets.offsets[ev(T01)] = 7
 
     running(harness, T01)
 
@@ -354,7 +354,7 @@ def test_a_revoked_active_is_committed_and_closed_while_a_kept_one_runs_on_untou
     rebalance(harness, T01, T02)
 
     # Revoked: committed first (with everything else running), then closed cleanly.
-    assert harness.committer.commits == [{ev(T00): 2, ev(T01): 1}]
+    assert harness.group_offsets.commits == [{ev(T00): 2, ev(T01): 1}]
     assert T00 not in harness.manager.tasks
     assert t0.state is TaskState.CLOSED
     assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 1}
@@ -381,7 +381,7 @@ def test_an_assignment_that_keeps_every_task_commits_nothing_and_stops_nothing(
 
     rebalance(harness, T01)
 
-    assert harness.committer.commits == []
+    assert harness.group_offsets.commits == []
     assert task.state is TaskState.RUNNING
     assert dict(task.stores[COUNTS].pending()) == {b"a": b"1"}, "uncommitted work kept"
 
@@ -421,7 +421,7 @@ def test_losing_the_group_closes_actives_dirty_and_keeps_standbys(harness: Harne
     harness.manager.on_lost()
 
     assert task.state is TaskState.CLOSED
-    assert harness.committer.commits == []
+    assert harness.group_offsets.commits == []
     assert not harness.state_dir.checkpoint_path(T01).exists()
     assert set(harness.manager.tasks) == {T02}
     assert harness.manager.tasks[T02].state is TaskState.RUNNING

@@ -9,6 +9,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from worker.errors import WorkerError
+from worker.events import TASK_TRANSITION
 from worker.lifecycle import IllegalTransition, StateMachine
 from worker.observability import Metrics
 from worker.tasks.state import ALLOWED, TaskState, task_lifecycle
@@ -102,7 +103,7 @@ def test_a_transition_is_logged_with_the_bound_task_id_and_the_reason() -> None:
 
     assert logs == [
         {
-            "event": "task.transition",
+            "event": TASK_TRANSITION,
             "log_level": "info",
             "task_id": "0_3",
             "src": "created",

@@ -1,4 +1,5 @@
-"""The exactly-once record collector's failure paths, over a scripted fake producer.
+"""The exactly-once producer's failure paths, through its collector, over a scripted fake
+confluent-kafka producer.
 
 What must hold: a transaction that cannot be aborted while the broker is away is aborted
 by the same producer once it is back (the test broker does not abort it when a new
@@ -16,7 +17,8 @@ import pytest
 from worker.config import load
 from worker.errors import ProducerFenced, TransactionAborted
 from worker.kafka import transactions
-from worker.kafka.transactions import TransactionalCollector, TxnState
+from worker.kafka.collector import RecordCollector
+from worker.kafka.transactions import TransactionalProducer, TxnState, exactly_once_collector
 
 
 def _timeout() -> ck.KafkaException:
@@ -73,37 +75,41 @@ class FakeProducer:
         return 0
 
 
+Output = tuple[RecordCollector, TransactionalProducer]
+
+
 @pytest.fixture
-def collector(monkeypatch: pytest.MonkeyPatch) -> TransactionalCollector:
+def output(monkeypatch: pytest.MonkeyPatch) -> Output:
     FakeProducer.made = []
-    monkeypatch.setattr(transactions.ck, "Producer", FakeProducer)  # the module clients uses too
+    monkeypatch.setattr(transactions.ck, "Producer", FakeProducer)  # the module collector uses too
     settings = load(
         None,
         {"bootstrap.servers": "127.0.0.1:9", "processing.guarantee": "exactly_once_v2"},
         environ={},
     ).settings
-    return TransactionalCollector(settings, "app-1")
+    return exactly_once_collector(settings, "app-1")
 
 
 def test_an_abort_the_broker_cannot_take_is_finished_by_the_same_producer_then_replaced(
-    collector: TransactionalCollector,
+    output: Output,
 ) -> None:
+    collector, producer = output
     first = FakeProducer.made[-1]
     collector.send("out", b"k", b"v")
     first.script["abort_transaction"] = [_timeout(), _timeout()]
 
-    assert collector.state is TxnState.IN_TRANSACTION
+    assert producer.state is TxnState.IN_TRANSACTION
     with pytest.raises(TransactionAborted) as failed:
-        collector.commit({("in", 0): 1}, b"meta")  # the record is never acknowledged
+        producer.commit({("in", 0): 1}, b"meta")  # the record is never acknowledged
     assert not isinstance(failed.value, ProducerFenced)
-    assert collector.state is TxnState.ABORT_PENDING
+    assert producer.state is TxnState.ABORT_PENDING
     with pytest.raises(TransactionAborted, match="not aborted yet"):
-        collector.commit({("in", 0): 1}, b"meta")  # the broker is still away
+        producer.commit({("in", 0): 1}, b"meta")  # the broker is still away
     assert len(FakeProducer.made) == 1, "no new producer while the old transaction is open"
-    assert collector.state is TxnState.ABORT_PENDING
+    assert producer.state is TxnState.ABORT_PENDING
 
-    collector.commit({("in", 0): 1}, b"meta")  # the broker is back
-    assert collector.state is TxnState.READY
+    producer.commit({("in", 0): 1}, b"meta")  # the broker is back
+    assert producer.state is TxnState.READY
 
     assert first.calls.count("abort_transaction") == 3, "the open transaction was aborted"
     assert "purge" in first.calls
@@ -119,31 +125,33 @@ def test_an_abort_the_broker_cannot_take_is_finished_by_the_same_producer_then_r
 
 
 def test_a_fenced_producer_is_replaced_without_trying_to_abort(
-    collector: TransactionalCollector,
+    output: Output,
 ) -> None:
+    _, producer = output
     first = FakeProducer.made[-1]
     fenced = ck.KafkaException(ck.KafkaError(ck.KafkaError._FENCED, "fenced", fatal=True))
     first.script["commit_transaction"] = [fenced]
 
     with pytest.raises(TransactionAborted) as failed:
-        collector.commit({("in", 0): 1}, b"meta")
+        producer.commit({("in", 0): 1}, b"meta")
 
     assert isinstance(failed.value, ProducerFenced)
-    assert collector.state is TxnState.READY, "the new producer is initialised"
+    assert producer.state is TxnState.READY, "the new producer is initialised"
     assert "abort_transaction" not in first.calls
     assert len(FakeProducer.made) == 2
     assert FakeProducer.made[-1].calls == ["init_transactions"]
 
 
 def test_an_abort_that_succeeds_at_once_keeps_the_producer(
-    collector: TransactionalCollector,
+    output: Output,
 ) -> None:
+    _, producer = output
     first = FakeProducer.made[-1]
     first.script["send_offsets_to_transaction"] = [_timeout()]
 
     with pytest.raises(TransactionAborted):
-        collector.commit({("in", 0): 1}, b"meta")
-    collector.commit({("in", 0): 1}, b"meta")
+        producer.commit({("in", 0): 1}, b"meta")
+    producer.commit({("in", 0): 1}, b"meta")
 
     assert first.calls.count("abort_transaction") == 1
     assert len(FakeProducer.made) == 1

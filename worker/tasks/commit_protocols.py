@@ -5,6 +5,7 @@ RocksDB in one write batch, and only once the changelog records they describe ar
 in Kafka. They differ in what "safe" means and in how source offsets are committed.
 A protocol that cannot complete raises :class:`CommitFailed`; the task manager then
 drops the uncommitted work and revives the tasks from their last committed state.
+Which protocol runs is chosen once, with the producer, by :mod:`worker.runtime.guarantee`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from worker.assignment.task_id import TP
-from worker.config import Settings
 from worker.errors import (
     KafkaUnavailable,
     ProduceFailed,
@@ -22,8 +22,8 @@ from worker.errors import (
     TransactionAborted,
     WorkerError,
 )
-from worker.kafka.clients import RecordCollector
-from worker.kafka.transactions import TransactionalCollector, group_metadata
+from worker.kafka.collector import RecordCollector
+from worker.kafka.transactions import TransactionalProducer
 from worker.tasks.task import Task
 
 
@@ -35,8 +35,9 @@ class CommitFailed(WorkerError):
         self.reason = reason
 
 
-class OffsetCommitter(Protocol):
-    """The group member's view the commit needs (narrow, so tests can fake it)."""
+class GroupOffsets(Protocol):
+    """The group's committed source offsets, as the group member commits and reads them
+    (narrow, so tests can fake it)."""
 
     def commit(self, offsets: Mapping[TP, int]) -> None: ...
 
@@ -78,10 +79,10 @@ class AtLeastOnceCommit:
     """
 
     def __init__(
-        self, collector: RecordCollector, committer: OffsetCommitter, timeout: float
+        self, collector: RecordCollector, group_offsets: GroupOffsets, timeout: float
     ) -> None:
         self._collector = collector
-        self._committer = committer
+        self._group_offsets = group_offsets
         self._timeout = timeout
 
     def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
@@ -96,7 +97,7 @@ class AtLeastOnceCommit:
         offsets = _source_offsets(tasks)
         if offsets:
             try:
-                self._committer.commit(offsets)
+                self._group_offsets.commit(offsets)
             except RebalanceInProgress:
                 # The group started a rebalance since the loop checked: the stores are
                 # committed, the source offsets stay pending and go with the next commit.
@@ -125,9 +126,13 @@ class ExactlyOnceCommit:
     """
 
     def __init__(
-        self, collector: TransactionalCollector, group_metadata: Callable[[], bytes]
+        self,
+        collector: RecordCollector,
+        transaction: TransactionalProducer,
+        group_metadata: Callable[[], bytes],
     ) -> None:
         self._collector = collector
+        self._transaction = transaction
         self._group_metadata = group_metadata
 
     def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
@@ -135,7 +140,7 @@ class ExactlyOnceCommit:
             task.produce_changelogs()
         offsets = _source_offsets(tasks)
         try:
-            self._collector.commit(offsets, self._group_metadata())
+            self._transaction.commit(offsets, self._group_metadata())
         except ProducerFenced as exc:
             raise CommitFailed("fenced", str(exc)) from exc
         except TransactionAborted as exc:
@@ -146,11 +151,11 @@ class ExactlyOnceCommit:
 
     def abort(self) -> bool:
         """Abort the open transaction: every task's output since the last commit is gone."""
-        self._collector.abort()
+        self._transaction.abort()
         return True
 
 
-class GroupMemberView(OffsetCommitter, Protocol):
+class GroupMemberView(GroupOffsets, Protocol):
     """What exactly-once also needs of the member: the generation that fences commits."""
 
     @property
@@ -158,22 +163,3 @@ class GroupMemberView(OffsetCommitter, Protocol):
 
     @property
     def member_id(self) -> str: ...
-
-
-def commit_protocol(
-    settings: Settings, collector: RecordCollector, member: GroupMemberView
-) -> CommitProtocol:
-    """The one place the guarantee picks the protocol: exactly_once_v2 commits a
-    transaction fenced by the member's generation; at_least_once flushes, then commits
-    the source offsets through the member."""
-    if isinstance(collector, TransactionalCollector):
-        return ExactlyOnceCommit(
-            collector,
-            lambda: group_metadata(
-                settings.application_id,
-                member.generation,
-                member.member_id,
-                settings.group_instance_id,
-            ),
-        )
-    return AtLeastOnceCommit(collector, member, settings.commit_timeout_s)

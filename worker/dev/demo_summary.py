@@ -1,0 +1,293 @@
+"""What ``make demo`` prints at the end: per worker and per task what the run cost, and
+the verdict of the output topics against a plain-Python reference computation of the same
+input; and, while the workers still run, where an operator would look.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+import urllib.parse
+import urllib.request
+from collections import Counter
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from worker.config import Settings, load
+from worker.dev import sample_data
+from worker.dev.demo_processes import WORKER_SETTINGS, DemoFailed, DemoWorker
+from worker.dev.demo_traffic import Traffic
+from worker.dev.processes import START_LINE
+from worker.dev.stalls import max_gap
+from worker.examples import payments as app
+from worker.kafka.consumers import DataConsumer
+from worker.kafka.loader import read_topic
+from worker.serde import JSON, STR
+
+
+def _fold_changelog(settings: Settings, topic: str) -> dict[str, dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
+    for key, value in read_topic(settings, topic):
+        if key is None:
+            continue
+        if value is None:
+            table.pop(STR.deserialize(key), None)
+        else:
+            table[STR.deserialize(key)] = JSON.deserialize(value)
+    return table
+
+
+def _log_findings(path: Path) -> tuple[Counter[str], int]:
+    """(level:event counts of warnings and errors, lines that are not JSON log records)."""
+    findings: Counter[str] = Counter()
+    other = 0
+    with suppress(OSError), path.open("rb") as log:
+        for line in log:
+            if line.startswith(START_LINE.encode()):
+                continue  # the command of a run, written by WorkerProcess
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                other += 1
+                if b"Traceback" in line:
+                    findings["error:traceback"] += 1
+                continue
+            level = record.get("level", "")
+            if level in ("warning", "error", "critical"):
+                findings[f"{level}:{record.get('event')}"] += 1
+    return findings, other
+
+
+_ROW = "{:<10} {:>9} {:>7} {:>8} {:>7} {:>8} {:>10}  {}"
+
+
+def summarise(
+    settings: Settings,
+    accts: list[sample_data.Account],
+    traffic: Traffic,
+    produced_in: float,
+    drained_in: float | None,
+    workers: list[DemoWorker],
+    *,
+    drain_timeout: float,
+    partitions: int,
+) -> int:
+    stream = traffic.stream
+    profiles = dict(sample_data.profiles(accts))
+    expected_totals, expected_alerts = sample_data.reference(profiles, stream)
+    alert_records = [orjson.loads(v) for _, v in read_topic(settings, app.ALERTS) if v]
+    got_alerts = {str(a.get("payment_id")): a for a in alert_records}
+    totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
+    got_totals = _fold_changelog(settings, totals_topic)
+
+    print("\n=== demo summary ===")
+    print(f"payments produced:  {len(stream)} in {produced_in:.0f}s")
+    if drained_in is None:
+        print(f"processing:         NOT caught up {drain_timeout:.0f}s after the last payment")
+    else:
+        print(f"processing:         caught up {drained_in:.1f}s after the last payment")
+    print(_ROW.format("", "processed", "active", "standby", "commits", "restored", "rebalances",
+                      "log warnings/errors"))  # fmt: skip
+    for w in workers:
+        m = w.last
+        findings, other = _log_findings(w.log_path)
+        notes = ", ".join(f"{k} x{n}" for k, n in sorted(findings.items())) or "none"
+        if other:
+            notes += f" (+{other} non-JSON lines)"
+        print(
+            _ROW.format(
+                w.name,
+                w.earlier_processed + m.total("worker_processed_records_total"),
+                m.total("worker_tasks", kind="active"),
+                m.total("worker_tasks", kind="standby"),
+                m.total("worker_commits_total"),
+                m.total("worker_restored_records_total"),
+                m.total("worker_rebalances_total"),
+                notes,
+            )
+        )
+    processed = sum(
+        w.earlier_processed + w.last.total("worker_processed_records_total") for w in workers
+    )
+    print(
+        f"{'all':<10} {processed:>9}  (input records: payments and account-profile records;"
+        " a restarted worker's row adds up its runs, the other columns are its last run's)"
+    )
+    _print_tasks(settings, totals_topic, traffic, partitions)
+
+    missing = sorted(set(expected_alerts) - set(got_alerts))
+    extra = sorted(set(got_alerts) - set(expected_alerts))
+    differing = sorted(
+        k for k in set(expected_alerts) & set(got_alerts) if expected_alerts[k] != got_alerts[k]
+    )
+    alerts_ok = not (missing or extra or differing)
+    duplicates = len(alert_records) - len(got_alerts)
+    print(f"alerts expected:    {len(expected_alerts)} (plain-Python reference, same input)")
+    print(
+        f"alerts produced:    {len(got_alerts)} distinct, {duplicates} duplicate records -> "
+        + _verdict(alerts_ok, missing=missing, extra=extra, different=differing)
+    )
+
+    keys = set(expected_totals) | set(got_totals)
+    wrong = sorted(k for k in keys if expected_totals.get(k) != got_totals.get(k))
+    totals_ok = not wrong
+    counted = sum(int(t.get("count", 0)) for t in got_totals.values())
+    print(
+        f"account totals:     {counted} payments over {len(got_totals)} accounts "
+        f"(reference: {len(stream)} over {len(expected_totals)}) -> "
+        + _verdict(totals_ok, wrong=wrong)
+    )
+
+    codes = [w.returncode for w in workers]
+    stopped_ok = all(c == 0 for c in codes)
+    killed = {h.worker.name for h in traffic.happenings if h.what.startswith("kill")}
+    print(
+        "worker exit codes:  "
+        + ", ".join(
+            f"{w.name} {w.returncode}"
+            + (" (its run before was the one killed)" if w.name in killed else "")
+            for w in workers
+        )
+    )
+    matches = alerts_ok and totals_ok
+    print(f"match with reference: {'yes' if matches else 'NO'}")
+    return 0 if matches and stopped_ok else 1
+
+
+def _changelog_timestamps(
+    settings: Settings, topic: str, partitions: int, timeout: float = 60.0
+) -> dict[int, list[int]]:
+    """Every record's timestamp (ms) per partition of ``topic``, from its start to its end.
+
+    Transaction markers take offsets but are never delivered, so a partition counts as
+    read once its last record is at most one offset short of the end, or once nothing new
+    came for a few seconds.
+    """
+    reader = load(
+        None,
+        {"bootstrap.servers": settings.bootstrap_servers, "application.id": "worker-demo-reader"},
+        environ={},
+    ).settings
+    consumer = DataConsumer(reader)  # assigned partitions only: never joins a group
+    stamps: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    last = dict.fromkeys(range(partitions), -1)
+    try:
+        consumer.add({(topic, p): None for p in range(partitions)})
+        pending = set(range(partitions))
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while pending:
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"reading {topic}: partitions {sorted(pending)} unfinished")
+            messages = consumer.consume(10000, 0.5)
+            for msg in messages:
+                stamps[msg.partition()].append(msg.timestamp()[1])
+                last[msg.partition()] = msg.offset()
+            now = time.monotonic()
+            if messages:
+                quiet_since = now
+            for p in list(pending):
+                high = consumer.high_watermark((topic, p))
+                if (high is not None and high - last[p] - 1 <= 1) or now - quiet_since > 3.0:
+                    pending.discard(p)
+    finally:
+        consumer.close()
+    return stamps
+
+
+def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partitions: int) -> None:
+    """Per task: its longest stall after each membership change and over the whole run, and
+    what each (re)started worker restored for it against the changelog's length then."""
+    print("membership changes (seconds after the first payment):")
+    for h in traffic.happenings:
+        after = (
+            "not ready with active tasks"
+            if h.active_after is None
+            else (
+                f"ready with active tasks after {h.active_after:.1f}s, "
+                f"{sum(h.restored.values())} {app.TOTALS} records restored"
+            )
+        )
+        print(f"  {h.at:5.1f}s  {h.what}: {after}")
+    stamps = _changelog_timestamps(settings, totals_topic, partitions)
+    ends = [h.wall_ms for h in traffic.happenings[1:]] + [traffic.end_ms]
+    windows = [(h.wall_ms, end) for h, end in zip(traffic.happenings, ends, strict=True)]
+    headers = [f"stall after {h.what}" for h in traffic.happenings] + ["whole run"]
+    headers += [f"restored by {h.worker.name} (of changelog)" for h in traffic.happenings]
+    rows = []
+    for p in range(partitions):
+        task, times = f"0_{p}", stamps[p]
+        cells = [
+            f"{max_gap(times, a, b) / 1000:.1f}s {h.fate(task)}"
+            for h, (a, b) in zip(traffic.happenings, windows, strict=True)
+        ]
+        cells.append(f"{max_gap(times, traffic.start_ms, traffic.end_ms) / 1000:.1f}s")
+        for h in traffic.happenings:
+            written = sum(1 for t in times if t <= h.active_wall_ms)
+            got = h.restored.get(task, 0)
+            cells.append(f"{got} of {written}" if task in h.active else "-")
+        rows.append([task, *cells])
+    widths = [max(len(c) for c in col) for col in zip(["task", *headers], *rows, strict=True)]
+    print(
+        f"per task: its longest stall (silence of its {app.TOTALS} changelog partition, which "
+        f"every commit writes, every {WORKER_SETTINGS['commit.interval.ms']} ms) after each "
+        "change, until the next, and whether it stayed on its worker, moved, or was on the "
+        "restarted one; the records a (re)started worker restored for it once active, of "
+        "those the changelog held then"
+    )
+    for row in [["task", *headers], *rows]:
+        print("  " + "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    """(status, Location header, body) of one GET, redirects not followed."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.netloc, timeout=5)
+    try:
+        connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
+        response = connection.getresponse()
+        return response.status, response.getheader("Location") or "", response.read().decode()
+    finally:
+        connection.close()
+
+
+def where_to_look(port: int | None, key: str) -> list[str]:
+    """Where an operator looks: the metrics URL and an interactive query with its answer.
+
+    The query runs while the workers are still up; a 307 (the key's task is active on the
+    other worker) is shown and followed once.
+    """
+    if port is None:
+        return []
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}/stores/{app.TOTALS}/keys/{key}"
+    lines = [
+        "",
+        "where to look while workers run (this run's ports; every run picks new ones):",
+        f"  metrics:  {base}/metrics   (also /healthz, /readyz, /tasks)",
+        f"  query:    curl -sL {url}",
+    ]
+    try:
+        status, location, body = _get(url)
+        if status == 307:
+            lines.append(f"            -> 307, the key's task is active at {location}")
+            status, _, body = _get(location)
+        lines.append(f"            -> {status} {body}  (asked before the workers stopped)")
+    except OSError as exc:
+        lines.append(f"            -> no answer ({exc})")
+    lines.append("  more:     docs/operations.md (endpoints, state tools, deployment)")
+    return lines
+
+
+def _verdict(ok: bool, **problems: list[str]) -> str:
+    if ok:
+        return "match"
+    parts = [
+        f"{len(keys)} {what} (e.g. {', '.join(keys[:3])})"
+        for what, keys in problems.items()
+        if keys
+    ]
+    return "MISMATCH: " + "; ".join(parts)

@@ -1,0 +1,50 @@
+"""The names of the log events that something outside the emitting module reads.
+
+The benchmarks, the demo's checks and the tests find what a worker did by these names in its
+JSON log lines (``worker.starting`` marks a run, ``restore.done`` carries what a task
+restored, ``assignment.applied`` the tasks a worker took). Each name is declared here once:
+the emitting code logs the constant and every reader imports it, so renaming an event is one
+edit that no reader can miss. Events nobody parses keep their literal at the call site.
+"""
+
+from __future__ import annotations
+
+# the worker's run (runtime/worker.py, runtime/shutdown.py)
+WORKER_STARTING = "worker.starting"
+WORKER_STOPPED = "worker.stopped"
+WORKER_SHUTDOWN_TIMEOUT = "worker.shutdown_timeout"
+
+# group membership (kafka/membership.py, kafka/task_assignor.py)
+MEMBERSHIP_STARTED = "membership.started"
+MEMBERSHIP_ASSIGN = "membership.assign"  # the leader computed the group's assignment
+MEMBERSHIP_ASSIGNED = "membership.assigned"  # this member received its assignment
+MEMBERSHIP_CLOSED = "membership.closed"
+MEMBERSHIP_STALE_MEMBER_REMOVED = "membership.stale_member_removed"
+
+# tasks (tasks/manager.py, tasks/task.py)
+ASSIGNMENT_APPLIED = "assignment.applied"
+INITIAL_STANDBYS_OPENED = "initial_standbys.opened"
+INITIAL_STANDBY_RECYCLED = "initial_standby.recycled"
+TASK_WIPED = "task.wiped"
+
+# restoration (state/restore.py)
+RESTORE_START = "restore.start"
+STANDBY_START = "standby.start"
+RESTORE_DONE = "restore.done"
+
+# records (processing/handlers.py)
+RECORD_SKIPPED = "record.skipped"
+
+# librdkafka's own log lines (kafka/client_logs.py)
+LIBRDKAFKA_LOG = "librdkafka.log"
+
+
+def transition_event(machine: str) -> str:
+    """The event a :class:`worker.lifecycle.StateMachine` named ``machine`` logs on a move."""
+    return f"{machine}.transition"
+
+
+TASK_TRANSITION = transition_event("task")
+CHANGELOG_TRANSITION = transition_event("changelog")
+MEMBERSHIP_TRANSITION = transition_event("membership")
+WORKER_TRANSITION = transition_event("worker")

@@ -1,0 +1,97 @@
+"""Record timestamps: the extractor (setting ``timestamp.extractor``) and its checks.
+
+A timestamp is an ``int`` of milliseconds since the epoch, >= 0, from the source record
+to every output and changelog write it causes (floats are refused: faust's float seconds
+broke its windows). The default is the Kafka record's own timestamp (CreateTime or
+LogAppendTime, whichever the topic keeps). A user extractor is named ``module:attr``: a
+callable ``(record, stream_time_ms) -> int``, given the source record as confluent-kafka
+presents it and the task's stream time before this record (-1 before the first), as
+Kafka Streams' ``TimestampExtractor.extract(record, partitionTime)``. Prefer the record's
+headers or key to its value: decoding the value only for its time costs a full decode.
+
+A timestamp that is not an int >= 0, or an extractor that raises, is
+:class:`InvalidTimestamp`: the record goes to the bad-record policy (fail, skip and count,
+dead letter), with :data:`INVALID_TIMESTAMP` as the reason. Kafka's record timestamp is -1
+when the record has none (a pre-0.10 message format), which is invalid too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from worker.errors import ConfigError, WorkerError
+from worker.processing.context import Record
+
+SETTING = "timestamp.extractor"
+RECORD_TIME = "record"  # the setting's default: the Kafka record's timestamp
+INVALID_TIMESTAMP = "invalid_timestamp"  # the bad-record reason (metric label, DLQ header)
+
+TimestampExtractor = Callable[[Record, int], int]
+
+
+class InvalidTimestamp(WorkerError, ValueError):
+    """The record's timestamp is unusable (negative, not an int, or the extractor raised):
+    handle the record by the bad-record policy; its processing never starts."""
+
+    def __init__(self, timestamp: object, reason: str) -> None:
+        super().__init__(f"invalid timestamp {timestamp!r}: {reason}")
+        self.timestamp = timestamp
+        self.reason = reason
+
+
+def record_time(record: Record, stream_time_ms: int) -> int:
+    """The default extractor: the Kafka record's timestamp, whatever its type."""
+    return record.timestamp()[1]
+
+
+def resolve(spec: str) -> TimestampExtractor:
+    """The extractor a ``timestamp.extractor`` value names, imported at start-up.
+
+    Raises:
+        ConfigError: (key ``timestamp.extractor``) not ``record`` nor ``module:attr``, the
+            module or attribute cannot be loaded, or it is not callable.
+    """
+    if spec == RECORD_TIME:
+        return record_time
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(SETTING, f"expected {RECORD_TIME!r} or module:attr, got {spec!r}")
+    try:
+        target: object = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(SETTING, f"cannot load {spec}: {exc}") from exc
+    if not callable(target):
+        raise ConfigError(SETTING, f"{spec} is not callable (got {type(target).__name__})")
+    return target  # type: ignore[return-value]
+
+
+def extract(extractor: TimestampExtractor, record: Record, stream_time_ms: int) -> int:
+    """The record's timestamp by ``extractor``, checked.
+
+    The per-record path may inline the default (``record.timestamp()[1]`` and a sign
+    check) rather than call this; the checks must stay the same.
+
+    Raises:
+        InvalidTimestamp: the extractor raised, or returned anything but an int >= 0.
+    """
+    try:
+        timestamp = extractor(record, stream_time_ms)
+    except Exception as exc:
+        raise InvalidTimestamp(None, f"the extractor raised {type(exc).__name__}: {exc}") from exc
+    return check(timestamp)
+
+
+def check(timestamp: object) -> int:
+    """``timestamp`` if it is an int >= 0 (a bool is not).
+
+    Raises:
+        InvalidTimestamp: otherwise.
+    """
+    if type(timestamp) is not int:
+        raise InvalidTimestamp(
+            timestamp, f"must be int milliseconds, got {type(timestamp).__name__}"
+        )
+    if timestamp < 0:
+        raise InvalidTimestamp(timestamp, "must be >= 0 (ms since the epoch)")
+    return timestamp

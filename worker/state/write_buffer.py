@@ -1,0 +1,92 @@
+"""A store's write buffer: the writes of the current commit interval, by key.
+
+Processors write a store on every record, so a write must be cheap: a dict assignment
+and a running byte count, no RocksDB call. :meth:`Store.commit` writes the whole buffer in
+one batch and then clears it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, NoReturn
+
+from worker.state.read_cache import Lookup
+from worker.state.rocksdb_errors import StoreClosedError
+
+_ABSENT = object()  # a key not in the buffer (None there means a buffered delete)
+
+
+class WriteBuffer:
+    """Uncommitted writes by key (``None``: a delete), the last write of a key winning.
+
+    ``put`` and ``delete`` are the store's own (``Store.put is`` its buffer's ``put``,
+    bound at open: a write on the per-record path is one Python call). They refuse
+    anything but bytes, and every write once the store is closed (:meth:`close`), with
+    ``StoreClosedError``.
+
+    ``lookup`` is the entries' ``dict.get`` (``lookup(key, default)``), bound once: the
+    dict is never replaced, only changed in place, so a caller may keep ``lookup`` for
+    the buffer's whole life (``worker.state.read_path.ReadPath`` does). Owner thread only.
+    """
+
+    __slots__ = ("_entries", "_bytes", "_closed", "_path", "lookup", "entries")
+
+    def __init__(self, path: Path) -> None:
+        self._entries: Final[dict[bytes, bytes | None]] = {}
+        self._bytes = 0
+        self._closed = False
+        self._path = path
+        self.lookup: Final[Lookup] = self._entries.get
+        self.entries: Final[Mapping[bytes, bytes | None]] = MappingProxyType(self._entries)
+        """A read-only live view of the entries, in the order their keys were first written."""
+
+    @property
+    def size_bytes(self) -> int:
+        """Approximate bytes buffered (keys + values), kept up to date in O(1) per write."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Buffer ``key = value`` until the next commit."""
+        if type(value) is not bytes or type(key) is not bytes or self._closed:
+            self._refuse(key, value)
+        entries = self._entries
+        old = entries.get(key, _ABSENT)
+        entries[key] = value
+        if old is _ABSENT:
+            self._bytes += len(key) + len(value)
+        else:
+            self._bytes += len(value) - (0 if old is None else len(old))  # type: ignore[arg-type]
+
+    def delete(self, key: bytes) -> None:
+        """Buffer a delete of ``key`` until the next commit."""
+        if type(key) is not bytes or self._closed:
+            self._refuse(key, b"")
+        entries = self._entries
+        old = entries.get(key, _ABSENT)
+        entries[key] = None
+        if old is _ABSENT:
+            self._bytes += len(key)
+        elif old is not None:
+            self._bytes -= len(old)  # type: ignore[arg-type]
+
+    def _refuse(self, key: object, value: object) -> NoReturn:
+        if type(value) is not bytes:
+            raise TypeError(f"store values must be bytes, got {type(value).__name__}")
+        if type(key) is not bytes:
+            raise TypeError(f"store keys must be bytes, got {type(key).__name__}")
+        raise StoreClosedError(f"store {self._path} is closed")
+
+    def clear(self) -> None:
+        """Forget every buffered write (committed, or discarded)."""
+        self._entries.clear()
+        self._bytes = 0
+
+    def close(self) -> None:
+        """Forget every write and refuse new ones (the store is closing). Idempotent."""
+        self.clear()
+        self._closed = True
