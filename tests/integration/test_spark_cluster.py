@@ -1,4 +1,5 @@
-"""``worker spark submit`` runs a load and an export on a Spark standalone cluster.
+"""``worker spark submit`` runs a load and an export on a Spark standalone cluster, and
+the export equals what a worker serves through interactive queries.
 
 The cluster (one master, one worker, loopback only, small memory) is started from the
 installed PySpark and stopped by PID (tests/support/spark_cluster.py). Its worker daemon
@@ -13,11 +14,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
+from tests.support.waiting import wait_until
 from worker.config import load
 from worker.dev import history, sample_data
+from worker.dev.processes import WorkerProcess
 from worker.dev.sample_data import create_example_topics
 from worker.examples import payments as app
 
@@ -49,10 +54,13 @@ def submit(
 
 
 @pytest.mark.duration(130)
-def test_a_load_and_an_export_run_on_a_standalone_cluster(cluster, own_broker, tmp_path):
+def test_a_load_and_an_export_run_on_a_standalone_cluster(
+    cluster, own_broker, worker_factory, tmp_path
+):
     settings = load(None, {"bootstrap.servers": own_broker.bootstrap}, environ={}).settings
     create_example_topics(settings, 4)
     history.write_history(tmp_path / "history", accounts=300, per_account=5, files=2)
+    worker = worker_factory("w", settings={"bootstrap.servers": own_broker.bootstrap})
 
     loaded = submit(
         cluster,
@@ -83,3 +91,15 @@ def test_a_load_and_an_export_run_on_a_standalone_cluster(cluster, own_broker, t
         assert row["n"] == expected["n"]
         assert math.isclose(row["mean"], expected["mean"], rel_tol=1e-12)
         assert math.isclose(row["std"], expected["std"], rel_tol=1e-9, abs_tol=1e-9)
+    worker.wait_ready(120)
+    exported_rows = {row["key"]: {c: row[c] for c in ("mean", "std", "n")} for row in table}
+    wait_until(
+        lambda: all(served(worker, key) == value for key, value in exported_rows.items()),
+        60,
+        message="the worker serves exactly the exported profiles",
+    )
+
+
+def served(worker: WorkerProcess, key: str) -> Any:
+    code, body = worker.get(f"/stores/{app.PROFILES}/keys/{key}")
+    return orjson.loads(body)["value"] if code == 200 else None
