@@ -1,15 +1,17 @@
 """Writing serialised table records to explicit partitions: the producer behind Spark loads.
 
 A Spark job computes each row's key and value bytes and its partition (murmur2 of the key
-bytes, ``worker.partitioner``, the function the worker itself uses) and hands them to one
-:class:`TableWriter` per Spark partition. The writer is an idempotent producer with
-``acks=all`` writing to the partition it is told, never choosing one itself; ``None`` as
-a value is a delete (a tombstone on the compacted topic).
+bytes, ``worker.partitioner``, the function the worker itself uses) and hands them to
+:func:`write_transactions`: one :class:`TableWriter` per Kafka partition, a
+transactional producer with ``acks=all`` and the partition's stable
+:func:`transactional_id`, writing to the partition it is told, never choosing one
+itself; ``None`` as a value is a delete (a tombstone on the compacted topic). Each
+partition's records commit together or not at all.
 
-It counts what the broker acknowledged, per partition, and nothing else: a record that
-failed, or was still in flight at the flush deadline, is never counted as written. After
-the first failure it stops sending (the rest of the load would only repeat the error) and
-reports the failure with the counts so far.
+It counts what the broker acknowledged and the transaction committed, per partition, and
+nothing else: a record that failed, or was still in flight at the flush deadline, is
+never counted as written. After the first failure it stops sending (the rest of the load
+would only repeat the error) and aborts.
 
 Runs inside Spark's Python workers as well as in the driver: everything it needs comes
 in as a plain librdkafka config dict (:func:`writer_config`), which pickles.
