@@ -239,6 +239,8 @@ def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_o
     # A slow network: seconds pass between a partition's first records reaching the
     # broker and its commit, so the blackhole below catches partitions half-written.
     proxy.latency = 0.05
+    log_path = tmp_path / "load.log"
+    log = log_path.open("wb")
     load = subprocess.Popen(
         [
             sys.executable, "-m", "worker", "spark", "load", "table", "--input", str(data),
@@ -246,14 +248,17 @@ def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_o
             "str", "--schema", "k STRING, v STRING", "--set",
             f"bootstrap.servers={broker.bootstrap}",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
     )  # fmt: skip
     try:
         wait_until(
             lambda: any(high_watermark(direct, topic, p, ends[p]) > ends[p] for p in range(4)),
             240,
             interval=0.02,
-            message="the new load's first records reached the broker",
+            message=lambda: (
+                "the new load's first records reached the broker; its log:\n"
+                + log_path.read_text(errors="replace")[-3000:]
+            ),
         )
         proxy.blackhole()  # no commit gets through from here on
         os.killpg(load.pid, signal.SIGKILL)
@@ -262,6 +267,7 @@ def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_o
         if load.poll() is None:
             os.killpg(load.pid, signal.SIGKILL)
             load.wait(30)
+        log.close()
         proxy.latency = 0.0
         proxy.restore()
 
