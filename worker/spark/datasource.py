@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -157,17 +158,21 @@ class WorkerTopics(DataSource):
         return count
 
     def schema(self) -> str:
+        """Inferred from up to ``sampleSize`` records, taken from every partition at once
+        (one consumer each pays a connection: in turn, many partitions would add up)."""
         if self.raw:
             return ddl(RAW_FIELDS)
-        sample: list[tuple[bytes, bytes]] = []
-        for partition in range(self.partitions()):
-            left = self.sample_size - len(sample)
-            if left <= 0:
-                break
+        count = self.partitions()
+        share = -(-self.sample_size // count)
+
+        def sample_of(partition: int) -> list[tuple[bytes, bytes]]:
             content = read_table_partition(
-                self.config, self.topic, partition, idle_timeout=self.idle_timeout, limit=left
+                self.config, self.topic, partition, idle_timeout=self.idle_timeout, limit=share
             )
-            sample.extend(itertools.islice(content.rows.items(), left))
+            return list(itertools.islice(content.rows.items(), share))
+
+        with ThreadPoolExecutor(max_workers=min(8, count)) as pool:
+            sample = [record for part in pool.map(sample_of, range(count)) for record in part]
         return ddl(infer_fields(sample, self.key_serde, self.value_serde, self.key_column))
 
     def reader(self, schema: StructType) -> DataSourceReader:
