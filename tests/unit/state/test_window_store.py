@@ -209,7 +209,7 @@ def test_a_range_delete_goes_first_in_the_commit_batch(tmp_path: Path, env: Rock
         assert store.get(b"b") == b"old"  # now in the read cache
         store.put(b"c", b"buffered")
         store.delete_range(b"b", b"d")
-        assert b"c" not in store.pending()
+        assert b"c" not in store.pending() and b"c" not in store.pending_times()
         store.put(b"c", b"after")
         store.commit({TP: 1})
         assert dict(store.iter_committed()) == {b"a": b"old", b"c": b"after", b"d": b"old"}
