@@ -169,6 +169,18 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.punctuations = Counter(
+            "worker_punctuations_total",
+            "Punctuator runs by active tasks (stream time or wall clock)",
+            ["task", "kind"],
+            registry=r,
+        )
+        self.punctuation_seconds = Histogram(
+            "worker_punctuation_seconds",
+            "Time one punctuator run took (its store reads and writes, its forwards)",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+            registry=r,
+        )
         self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
         self.commit_seconds = Histogram(
             "worker_commit_seconds",

@@ -17,9 +17,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from worker.errors import TopologyError
+from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.serde import Codec, Serde, SerdeError
 
 Lookup = Callable[[bytes, object], object]
+# A punctuator as processors write it: ``fn(ctx, now_ms)``, run as its processor.
+PunctuatorFn = Callable[["ProcessorContext", int], object]
+# What ``ctx.schedule`` hands to while a processor's init runs (worker.processing.punctuators).
+Scheduler = Callable[[int, "PunctuationKind | str", PunctuatorFn, int], Schedule]
 
 
 class ReadPath(Protocol):
@@ -228,19 +233,55 @@ class ProcessorContext:
         The node being run: :meth:`store` resolves names among its stores and
         :meth:`forward` reaches its children, pointing this slot at each child while
         the child runs.
+
+    ``scheduler`` is set only while a processor's ``init`` runs (by the task's
+    :class:`worker.processing.punctuators.TaskPunctuators`): what :meth:`schedule` calls.
     """
 
-    __slots__ = ("task_id", "current_record", "current_node", "_nodes")
+    __slots__ = ("task_id", "current_record", "current_node", "scheduler", "_nodes")
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         self.current_record: Record = _NO_RECORD
         self.current_node = Node("", {})
+        self.scheduler: Scheduler | None = None
         self._nodes: dict[str, Node] = {}
 
     def wire(self, nodes: Mapping[str, Node]) -> None:
         """Called once by the task graph: every node by name, children and stores set."""
         self._nodes = dict(nodes)
+
+    def node(self, name: str) -> Node:
+        """The node ``name`` of this task's graph (KeyError if there is none)."""
+        return self._nodes[name]
+
+    def schedule(
+        self,
+        interval_ms: int,
+        kind: PunctuationKind | str,
+        fn: PunctuatorFn,
+        *,
+        phase_ms: int = 0,
+    ) -> Schedule:
+        """Run ``fn(ctx, now_ms)`` every ``interval_ms`` of ``kind`` time, as this processor.
+
+        ``kind`` is ``"stream"`` (each time stream time passes a multiple of
+        ``interval_ms`` plus ``phase_ms``, counted from the epoch) or ``"wall"`` (every
+        ``interval_ms`` of monotonic time). ``fn`` may use this processor's stores and
+        ``forward`` to its children; its writes and outputs commit with the task's.
+        Returns the :class:`Schedule`, whose ``cancel()`` stops it.
+
+        Raises:
+            TopologyError: called outside the processor's ``init`` (the schedules of a
+                task are registered each time it starts running, there only).
+            ValueError: a bad interval, phase or kind.
+        """
+        if self.scheduler is None:
+            raise TopologyError(
+                f"processor {self.current_node.name!r}: ctx.schedule is only valid inside"
+                " the processor's init (add_processor(..., init=...))"
+            )
+        return self.scheduler(interval_ms, kind, fn, phase_ms)
 
     @property
     def topic(self) -> str:
@@ -297,8 +338,13 @@ class ProcessorContext:
             raise TopologyError(f"{node.name!r} has no child {to!r}")
 
 
-class _NoRecord:
-    """The metadata before the first record: empty topic, -1 for numbers, no headers."""
+class NoRecord:
+    """The metadata before the first record: empty topic, -1 for numbers, no headers.
+
+    Also the base of a punctuation's synthetic record (worker.processing.punctuators).
+    """
+
+    __slots__ = ()
 
     def topic(self) -> str | None:
         return ""
@@ -322,4 +368,4 @@ class _NoRecord:
         return None
 
 
-_NO_RECORD: Record = _NoRecord()
+_NO_RECORD: Record = NoRecord()

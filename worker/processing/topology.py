@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from worker.processing.context import ProcessorContext
 
 ProcessorFn = Callable[["ProcessorContext", Any, Any], None]
+# Runs when a task starts running the processor; may ctx.schedule punctuators.
+InitFn = Callable[["ProcessorContext"], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ class ProcessorNode:
     fn: ProcessorFn
     parents: tuple[str, ...]
     stores: tuple[str, ...]
+    init: InitFn | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,17 +167,30 @@ class Topology:
         return self
 
     def add_processor(
-        self, name: str, fn: ProcessorFn, parents: Sequence[str], stores: Sequence[str] = ()
+        self,
+        name: str,
+        fn: ProcessorFn,
+        parents: Sequence[str],
+        stores: Sequence[str] = (),
+        *,
+        init: InitFn | None = None,
     ) -> Topology:
-        """``fn(ctx, key, value)`` runs for every record its parents forward."""
+        """``fn(ctx, key, value)`` runs for every record its parents forward.
+
+        ``init(ctx)`` runs each time a task starts running this processor as an active
+        task (after its restore, a recycle from standby or a revival), with the processor
+        as the current node: the place to ``ctx.schedule`` its punctuators.
+        """
         if not callable(fn):
             raise TopologyError(f"processor {name!r}: fn is not callable")
+        if init is not None and not callable(init):
+            raise TopologyError(f"processor {name!r}: init is not callable")
         self._check_parents(name, parents)
         for store in stores:
             if store not in self._stores:
                 raise TopologyError(f"processor {name!r} uses unknown store {store!r}")
         self._claim(name)
-        self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores))
+        self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores), init)
         return self
 
     def add_sink(

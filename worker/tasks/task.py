@@ -23,6 +23,8 @@ from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
+from worker.processing.punctuation import UNKNOWN_TIME
+from worker.processing.punctuators import PunctuationFailed, TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
@@ -46,6 +48,8 @@ class TaskContext:
 
 class Task:
     """A task of any role; only actives process records and write changelogs."""
+
+    stream_time = UNKNOWN_TIME  # no stream time is kept yet: stream punctuators wait
 
     def __init__(
         self, task_id: TaskId, role: TaskRole, subtopology: Subtopology, ctx: TaskContext
@@ -75,6 +79,8 @@ class Task:
         self._committed_sources: dict[TP, int] = {}
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
+        self.punctuators: TaskPunctuators | None = None  # an active's, with its graph
+        self._punctuated = False  # a punctuation ran since the last commit
         self._last_checkpoint = ctx.clock.monotonic()
         # Restoring after a revival (closed dirty and restarted), not after an assignment:
         # the availability tracker charges the wait to "revive" instead of "restore".
@@ -85,7 +91,11 @@ class Task:
         return self._fsm.state
 
     def transition(self, target: TaskState, reason: str = "") -> None:
+        """A task that stops running drops its punctuation schedules (no final one)."""
+        running = self._fsm.state is TaskState.RUNNING
         self._fsm.transition(target, reason)
+        if running and self.punctuators is not None:
+            self.punctuators.stop()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -133,7 +143,15 @@ class Task:
         self.failures = ProcessingFailures(
             errors, settings.processing_exception_max_retries, self.log
         )
-        return TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector, errors)
+        graph = TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector, errors)
+        self.punctuators = TaskPunctuators(
+            graph.context,
+            self.subtopology.processors,
+            self._ctx.clock,
+            self._ctx.metrics,
+            self.failures,
+        )
+        return graph
 
     @property
     def is_active(self) -> bool:
@@ -163,7 +181,7 @@ class Task:
         self._consumed.clear()
         self._committed_sources.clear()
         self._produced.clear()
-        self.failures = None
+        self.failures = self.punctuators = None
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
 
     def _migrate_checkpoint(self) -> None:
@@ -269,6 +287,20 @@ class Task:
                 self._consumed[(topic, partition)] = messages[i - 1].offset()
         return i
 
+    def punctuate(self) -> int:
+        """Run the due punctuators (a running active); their work joins the next commit.
+
+        A punctuator that raises ends the check with :class:`RunFailed` naming its
+        :class:`~worker.processing.punctuators.Punctuation`, as a failed record would.
+        """
+        try:
+            fired = self.punctuators.punctuate(self.stream_time)  # type: ignore[union-attr]
+        except PunctuationFailed as exc:
+            raise RunFailed(-1, exc.punctuation, exc.error) from exc.error
+        if fired:
+            self._punctuated = True
+        return fired
+
     def start_positions(self, committed: Mapping[TP, int | None]) -> dict[TP, int | None]:
         """Where processing resumes: the group's committed offset of each source partition.
 
@@ -308,8 +340,10 @@ class Task:
         return sum(store.pending_bytes for store in self.stores.values())
 
     def needs_commit(self) -> bool:
-        return bool(self.source_offsets_to_commit()) or any(
-            store.pending() for store in self.stores.values()
+        return (
+            self._punctuated
+            or bool(self.source_offsets_to_commit())
+            or any(store.pending() for store in self.stores.values())
         )
 
     # -- commit protocol steps (called by the task manager, in order) ----------------
@@ -337,6 +371,7 @@ class Task:
         overwrite a newer one the store restored since.
         """
         produced, self._produced = self._produced, set()
+        self._punctuated = False
         for name, store in self.stores.items():
             tp = self.changelogs[name]
             if self._specs[name].is_table:
@@ -386,3 +421,4 @@ class Task:
             store.discard_pending()
         self._consumed.clear()
         self._produced.clear()
+        self._punctuated = False
