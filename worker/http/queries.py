@@ -4,8 +4,9 @@
 hands it: the topology (stores, their serdes, their sub-topologies) and a callable
 returning the latest :class:`~worker.runtime.status.Status`, which the processing thread
 publishes. From the snapshot it takes the local tasks (kind, state, stores, offsets,
-lag, unavailable seconds by cause), the latest assignment's host maps, this instance's
-endpoint and the number of tasks per sub-topology. It never touches the task manager:
+lag, unavailable seconds by cause), the latest assignment's host maps (from the group's
+directory when the assignment named one instead: :mod:`worker.http.directory`), this
+instance's endpoint and the number of tasks per sub-topology. It never touches the task manager:
 the only live objects it uses are stores, through ``Store.get_committed``, which is safe
 against the processing thread closing the store at any moment (it raises
 ``StoreClosedError`` then).
@@ -40,7 +41,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.assignment.model import encode_routing
 from worker.assignment.task_id import TaskId
+from worker.http.directory import RoutingDirectory
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.partitioner import partition_for
 from worker.processing.topology import BuiltTopology, StoreSpec, Subtopology
@@ -57,7 +60,8 @@ ENDPOINT_HEADER = "X-Worker-Endpoint"
 
 @dataclass(frozen=True)
 class Reply:
-    """An HTTP answer: status code, a JSON-ready body and extra headers."""
+    """An HTTP answer: status code, a JSON-ready body (or bytes, sent as they are) and
+    extra headers."""
 
     status: int
     body: Any
@@ -78,8 +82,14 @@ class _Query:
 class QueryRouter:
     """Answers key lookups and ``/tasks`` from the status snapshot (see the module doc)."""
 
-    def __init__(self, topology: BuiltTopology, status: Callable[[], Status]) -> None:
+    def __init__(
+        self,
+        topology: BuiltTopology,
+        status: Callable[[], Status],
+        directory: RoutingDirectory | None = None,
+    ) -> None:
         self._status = status
+        self._directory = directory if directory is not None else RoutingDirectory()
         self._stores: dict[str, tuple[Subtopology, StoreSpec]] = {
             spec.name: (st, spec) for st in topology.subtopologies for spec in st.stores
         }
@@ -130,7 +140,7 @@ class QueryRouter:
             return _read(query, task_id, local, stale=False)
         if query.allow_stale and local is not None and _store_of(local, query.store):
             return _read(query, task_id, local, stale=True)
-        routing = status.routing
+        routing = self._directory.resolve(status.routing)
         target = routing.active_host(task_id)
         if target is None and query.allow_stale:
             target = next(
@@ -142,6 +152,8 @@ class QueryRouter:
             why = f"task {task_id} is {local.kind} and {local.state} here"
         elif target == routing.endpoint:
             why = f"task {task_id} was just assigned here and is not open yet"
+        elif not routing.active_hosts and routing.directory:
+            why = f"the routing map of generation {routing.generation} is not available yet"
         else:
             why = f"no instance hosts task {task_id} yet (state {status.state.value})"
         return _unavailable(query, why, task_id)
@@ -151,17 +163,33 @@ class QueryRouter:
     def tasks(self) -> Reply:
         """This instance's tasks, and the latest assignment's routing metadata."""
         status = self._status()
-        routing = status.routing
+        routing = self._directory.resolve(status.routing)
         return Reply(
             200,
             {
                 "endpoint": routing.endpoint,
                 "state": status.state.value,
                 "generation": routing.generation,
+                "directory": routing.directory,
                 "tasks": [_task_json(t) for t in status.tasks],
                 "active_hosts": _hosts_json(routing.active_hosts),
                 "standby_hosts": _hosts_json(routing.standby_hosts),
             },
+        )
+
+    # -- GET /routing ----------------------------------------------------------------
+
+    def routing_map(self) -> Reply:
+        """The group's routing map in the compact binary format, when this instance holds
+        it (it is the directory, or the group runs user data version 1); else 404."""
+        routing = self._status().routing
+        if not (routing.active_hosts or routing.standby_hosts):
+            return Reply(
+                404,
+                {"error": "no routing map here", "directory": routing.directory},
+            )
+        return Reply(
+            200, encode_routing(routing.generation, routing.active_hosts, routing.standby_hosts)
         )
 
 
