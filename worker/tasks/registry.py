@@ -76,9 +76,9 @@ class Tasks:
         for task in finished:
             task.revived = False
             task.transition(TaskState.RUNNING, "restored")
-            if task.punctuators is not None:  # the processors' init schedules them
-                task.punctuators.start(task.stream_time)
             self._start_inputs(task)
+            if task.punctuators is not None:  # after the stream time it resumes with
+                task.punctuators.start(task.stream_time)
         if finished:
             self.on_change()
 
