@@ -110,6 +110,10 @@ class TaskPunctuators:
         self._seconds = metrics.punctuation_seconds
         self._queue = Punctuations(clock)
         self._failed: tuple[Punctuation, Exception] | None = None
+        # A punctuation ran since the task's last commit (which clears it): the task
+        # must commit even without records, or under exactly-once the transaction
+        # holding its outputs would stay open. Schedules dropped: their work is void.
+        self.ran = False
 
     def __len__(self) -> int:
         """Live schedules."""
@@ -143,6 +147,7 @@ class TaskPunctuators:
     def stop(self) -> None:
         """Drop every schedule (the task stops running). Idempotent."""
         self._queue.clear()
+        self.ran = False
 
     def punctuate(self, stream_time_ms: int) -> int:
         """Fire what is due: stream schedules up to ``stream_time_ms``, then wall ones.
@@ -152,12 +157,15 @@ class TaskPunctuators:
             PunctuationFailed: a punctuator raised (the first; every due one ran).
         """
         try:
-            return self._queue.punctuate(stream_time_ms)
+            fired = self._queue.punctuate(stream_time_ms)
         except PunctuatorFailed as exc:
             failed, self._failed = self._failed, None
             if failed is None:  # every callback is a runner of ours, which records it
                 raise
             raise PunctuationFailed(*failed) from exc.__cause__
+        if fired:
+            self.ran = True
+        return fired
 
     def _scheduler(self, processor: str) -> Callable[[int, Any, PunctuatorFn, int], Schedule]:
         def schedule(

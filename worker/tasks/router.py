@@ -15,6 +15,7 @@ from typing import Any
 from worker.errors import OutputFailed, TransactionAborted, WorkerError
 from worker.observability import get_logger
 from worker.processing.handlers import describe
+from worker.processing.punctuators import PunctuationFailed
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.failures import RunFailed
 from worker.tasks.registry import Tasks
@@ -70,17 +71,21 @@ class RecordRouter:
         after processing, before the commit check). Returns the number of runs.
 
         A punctuator that raises is handled as a record whose processing raised (see
-        ``_run_failed``), so a task revived by another's failure (exactly-once) is
-        passed over until it runs again.
+        ``_run_failed``): a :class:`RunFailed` names its
+        :class:`~worker.processing.punctuators.Punctuation`. A task revived by another's
+        failure (exactly-once) is passed over until it runs again.
         """
         fired = 0
         for task in self._tasks.running_actives():
-            if task.state is not TaskState.RUNNING:
+            if task.state is not TaskState.RUNNING or task.punctuators is None:
                 continue
             try:
-                fired += task.punctuate()
-            except RunFailed as failed:
-                self._run_failed(task, failed)
+                fired += task.punctuators.punctuate(task.stream_time)
+            except PunctuationFailed as exc:
+                failed = RunFailed(-1, exc.punctuation, exc.error)
+            else:
+                continue
+            self._run_failed(task, failed)  # out of the handler, as in process()
         return fired
 
     def _counted(self, processed: int) -> None:

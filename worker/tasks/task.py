@@ -24,7 +24,7 @@ from worker.observability import Metrics, get_logger
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.punctuation import UNKNOWN_TIME
-from worker.processing.punctuators import PunctuationFailed, TaskPunctuators
+from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
@@ -80,7 +80,6 @@ class Task:
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self.punctuators: TaskPunctuators | None = None  # an active's, with its graph
-        self._punctuated = False  # a punctuation ran since the last commit
         self._last_checkpoint = ctx.clock.monotonic()
         # Restoring after a revival (closed dirty and restarted), not after an assignment:
         # the availability tracker charges the wait to "revive" instead of "restore".
@@ -144,13 +143,8 @@ class Task:
             errors, settings.processing_exception_max_retries, self.log
         )
         graph = TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector, errors)
-        self.punctuators = TaskPunctuators(
-            graph.context,
-            self.subtopology.processors,
-            self._ctx.clock,
-            self._ctx.metrics,
-            self.failures,
-        )
+        clock, metrics, processors = self._ctx.clock, self._ctx.metrics, self.subtopology.processors
+        self.punctuators = TaskPunctuators(graph.context, processors, clock, metrics, self.failures)
         return graph
 
     @property
@@ -287,20 +281,6 @@ class Task:
                 self._consumed[(topic, partition)] = messages[i - 1].offset()
         return i
 
-    def punctuate(self) -> int:
-        """Run the due punctuators (a running active); their work joins the next commit.
-
-        A punctuator that raises ends the check with :class:`RunFailed` naming its
-        :class:`~worker.processing.punctuators.Punctuation`, as a failed record would.
-        """
-        try:
-            fired = self.punctuators.punctuate(self.stream_time)  # type: ignore[union-attr]
-        except PunctuationFailed as exc:
-            raise RunFailed(-1, exc.punctuation, exc.error) from exc.error
-        if fired:
-            self._punctuated = True
-        return fired
-
     def start_positions(self, committed: Mapping[TP, int | None]) -> dict[TP, int | None]:
         """Where processing resumes: the group's committed offset of each source partition.
 
@@ -340,8 +320,9 @@ class Task:
         return sum(store.pending_bytes for store in self.stores.values())
 
     def needs_commit(self) -> bool:
+        punctuated = self.punctuators is not None and self.punctuators.ran
         return (
-            self._punctuated
+            punctuated
             or bool(self.source_offsets_to_commit())
             or any(store.pending() for store in self.stores.values())
         )
@@ -371,7 +352,8 @@ class Task:
         overwrite a newer one the store restored since.
         """
         produced, self._produced = self._produced, set()
-        self._punctuated = False
+        if self.punctuators is not None:
+            self.punctuators.ran = False  # what they did is in this commit
         for name, store in self.stores.items():
             tp = self.changelogs[name]
             if self._specs[name].is_table:
@@ -421,4 +403,3 @@ class Task:
             store.discard_pending()
         self._consumed.clear()
         self._produced.clear()
-        self._punctuated = False
