@@ -168,13 +168,21 @@ class TaskPunctuators:
         return fired
 
     def _scheduler(self, processor: str) -> Callable[[int, Any, PunctuatorFn, int], Schedule]:
+        """``ctx.schedule`` for ``processor``'s init. A punctuator is named after its
+        function, ``#2``, ``#3``... added for a name the processor scheduled already:
+        ``init`` registers in the same order each time, so names hold across runs."""
+        taken: dict[str, int] = {}
+
         def schedule(
             interval_ms: int, kind: PunctuationKind | str, fn: PunctuatorFn, phase_ms: int
         ) -> Schedule:
             kind = PunctuationKind(kind)
             if not callable(fn):
                 raise ValueError(f"processor {processor!r}: the punctuator is not callable")
-            name = getattr(fn, "__name__", None) or repr(fn)
+            name = getattr(fn, "__name__", None) or type(fn).__name__
+            taken[name] = seen = taken.get(name, 0) + 1
+            if seen > 1:
+                name = f"{name}#{seen}"
             run = self._runner(processor, name, kind, fn)
             return self._queue.schedule(
                 interval_ms, kind, run, phase_ms=phase_ms, name=f"{processor}.{name}"

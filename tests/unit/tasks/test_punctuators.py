@@ -329,3 +329,18 @@ def test_when_the_protocol_aborts_a_failing_punctuator_revives_every_running_tas
         assert harness.metric("worker_task_revivals_total", reason="processing_error") == 2
     finally:
         harness.manager.close_all(clean=False)
+
+
+def test_punctuators_of_one_processor_sharing_a_function_name_are_told_apart(
+    harness: Harness, app: App
+) -> None:
+    app.schedules = [(10_000, "wall"), (10_000, "wall")]
+    (task,) = start(harness, T00)
+    app.raise_in_run = 1
+
+    assert tick(harness, 10) == 0  # the first raises; the second runs and succeeds
+
+    assert len(app.runs) == 2
+    failures = task.failures
+    assert failures is not None
+    assert failures._punctuator_attempts == {("count", "emit"): 1}, "not cleared by emit#2"
