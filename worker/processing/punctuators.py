@@ -11,8 +11,9 @@ commit check, as Kafka Streams does.
 
 A punctuation runs as its processor (``ctx.store`` and ``ctx.forward`` are that
 processor's) with a :class:`Punctuation` as the current record: the punctuation time as
-timestamp, no headers, no topic, partition and offset -1. What it writes and forwards
-joins the task's next commit, like a record's work.
+``ctx.timestamp`` (so its outputs and changelog records carry it), no headers, no topic,
+partition and offset -1. What it writes and forwards joins the task's next commit, like a
+record's work.
 
 Processing thread only.
 """
@@ -57,7 +58,7 @@ class Punctuation(NoRecord):
         return f"punctuator {self.punctuator!r} of processor {self.processor!r}"
 
     def timestamp(self) -> tuple[int, int]:
-        return (0, self.time_ms)
+        return (0, self.time_ms)  # ctx.timestamp is set too: the context keeps its own
 
 
 class PunctuationFailed(WorkerError):
@@ -204,14 +205,16 @@ class TaskPunctuators:
             try:
                 if failures.skip_punctuation(punctuation):
                     return
-                node_before, record_before = ctx.current_node, ctx.current_record
-                ctx.current_node, ctx.current_record = node, punctuation
+                # Headers are the current record's (a punctuation has none): between
+                # batches no forward(headers=) is under way to override them.
+                saved = ctx.current_node, ctx.current_record, ctx.timestamp
+                ctx.current_node, ctx.current_record, ctx.timestamp = node, punctuation, now_ms
                 runs.inc()
                 started = time.perf_counter()
                 try:
                     fn(ctx, now_ms)
                 finally:
-                    ctx.current_node, ctx.current_record = node_before, record_before
+                    ctx.current_node, ctx.current_record, ctx.timestamp = saved
                     seconds.observe(time.perf_counter() - started)
                 failures.punctuation_succeeded(punctuation)
             except Exception as exc:

@@ -23,15 +23,15 @@ from tests.unit.tasks.conftest import (
 )
 
 # The processing failure tests' policy (log_and_continue unless a test says otherwise)
-# and settings (processing.exception.max.retries = 2), and their start.
+# and their start.
 from tests.unit.tasks.test_processing_failures import (  # noqa: F401
     AbortingProtocol,
     policy,
-    settings,
     start,
 )
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
+from worker.config import Settings
 from worker.errors import TopologyError
 from worker.processing import ProcessorContext, Topology
 from worker.processing.handlers import RecordFailed
@@ -82,6 +82,19 @@ class App:
 
 
 @pytest.fixture
+def settings(policy: str) -> Settings:  # noqa: F811 - the imported fixture
+    """The processing failure tests' settings, with record times taken from the values."""
+    return Settings.model_validate(
+        {
+            "application.id": APP,
+            "processing.exception.handler": policy,
+            "processing.exception.max.retries": 2,
+            "timestamp.extractor": f"{__name__}:value_time",
+        }
+    )
+
+
+@pytest.fixture
 def app() -> App:
     return App()
 
@@ -105,6 +118,19 @@ def roles(active: tuple[TaskId, ...] = (), standby: tuple[TaskId, ...] = ()) -> 
 def tick(h: Harness, seconds: float) -> int:
     """Advance the fake clock, then run the loop's punctuation check."""
     h.clock.advance(seconds)
+    return h.router.punctuate()
+
+
+def value_time(record: Any, stream_time_ms: int) -> int:
+    """The ``timestamp.extractor`` of these tests: the time in the value, or 0."""
+    return int(JSON.deserialize(record.value()).get("ts", 0))
+
+
+def at(h: Harness, *timestamps: int) -> int:
+    """Process one record per timestamp on task 0_0, then run the punctuation check."""
+    for ts in timestamps:
+        h.event(T00, "a", {"ts": ts})
+    h.process()
     return h.router.punctuate()
 
 
@@ -209,19 +235,47 @@ def test_a_stream_punctuator_fires_once_per_boundary_its_task_crosses(
     harness: Harness, app: App
 ) -> None:
     app.schedules = [(60_000, "stream")]
-    (task,) = start(harness, T00)
-    task.stream_time = 59_999  # what the task's stream time would be after its records
+    start(harness, T00)
 
-    assert harness.router.punctuate() == 1, "boundary 0: a fresh task starts before it"
+    assert at(harness, 59_999) == 1, "boundary 0: a task without stream time starts before it"
     assert harness.router.punctuate() == 0, "stream time did not move"
-    task.stream_time = 60_000
-    assert harness.router.punctuate() == 1
-    task.stream_time = 250_000
-    assert harness.router.punctuate() == 1, "boundaries passed together fire once"
+    assert at(harness, 30_000) == 0, "an older record leaves stream time where it was"
+    assert at(harness, 60_000) == 1
+    assert at(harness, 120_500, 250_000) == 1, "boundaries passed together fire once"
     assert tick(harness, 3600) == 0, "the wall clock does not move stream time"
 
     assert [r["now"] for r in app.runs] == [59_999, 60_000, 250_000]
+    assert [r["timestamp"] for r in app.runs] == [59_999, 60_000, 250_000]
+    sent = [r for r in harness.collector.sent if r.topic == OUT]
+    assert [(r.timestamp, r.headers) for r in sent] == [
+        (t, None) for t in (59_999, 60_000, 250_000)
+    ]
     assert harness.metric("worker_punctuations_total", task="0_0", kind="stream") == 3
+
+
+def test_a_punctuation_lost_before_its_commit_runs_again_and_a_committed_one_never_does(
+    harness: Harness, app: App
+) -> None:
+    app.schedules = [(60_000, "stream")]
+    (task,) = start(harness, T00)
+    at(harness, 60_000)
+    assert harness.commits.commit()
+    assert at(harness, 60_500) == 0
+    assert at(harness, 120_000) == 1
+    assert task.needs_commit()
+
+    harness.tasks.revive([task], "crash", "before the commit")  # as a restart would
+    harness.restore()
+    harness.process()  # the records after the commit, again
+    assert harness.router.punctuate() == 1
+    assert harness.commits.commit()
+
+    assert [r["now"] for r in app.runs] == [60_000, 120_000, 120_000]
+    assert app.inits == [("0_0", "count")] * 2
+    assert task.stream_time == 120_000
+    assert committed(task, "marker") == 120_000
+    changelog = harness.collector.changelog_for(f"{APP}-{COUNTS}-changelog", 0)
+    assert [v for k, v in changelog if k == b"marker"] == [b"60000", b"120000"]
 
 
 def test_schedule_outside_init_is_a_clear_error(harness: Harness, app: App) -> None:
