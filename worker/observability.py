@@ -218,3 +218,8 @@ class Metrics:
             "Bytes of memtables across all stores (RocksDB's write buffer manager)",
             registry=r,
         )
+        self.store_open_iterators = Gauge(
+            "worker_store_open_iterators",
+            "Range and prefix scans open over all stores (each commit closes its task's)",
+            registry=r,
+        )

@@ -1,8 +1,9 @@
 """One RocksDB key-value store: write buffer, atomic commit of data with changelog offsets.
 
 The rocksdict importers are this module and its parts: ``store_format.py`` (the on-disk
-layout), ``rocksdb_errors.py`` (the one place rocksdict's errors are classified),
-``memtables.py`` (flushes) and ``rocksdb_env.py`` (resources shared by every store).
+layout), ``store_scans.py`` (the cursors of range and prefix scans), ``rocksdb_errors.py``
+(the one place rocksdict's errors are classified), ``memtables.py`` (flushes) and
+``rocksdb_env.py`` (resources shared by every store).
 
 Writes during processing go to an in-memory buffer; :meth:`Store.commit` writes the
 buffer and the new changelog offsets in ONE ``WriteBatch`` with one ``db.write``, so data
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Final, Protocol, cast
@@ -41,15 +41,15 @@ from worker.state.read_cache import ReadCache
 from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, rocksdb_errors
+from worker.state.scan import KeyRange, Scan, check_limit, key_range, prefix_range
 from worker.state.store_format import (
     OFFSETS_FAMILY,
-    Records,
     encode_offset,
     is_db_file,
     load_metadata,
     offset_key,
-    scan,
 )
+from worker.state.store_scans import OpenScans, read_range
 from worker.state.write_buffer import WriteBuffer
 
 __all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
@@ -111,7 +111,7 @@ class Store:
         self._buffer = WriteBuffer(path)
         self.put: Final = self._buffer.put
         self.delete: Final = self._buffer.delete
-        self._iterators: weakref.WeakSet[Records] = weakref.WeakSet()
+        self._scans = OpenScans(env, path)
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
         self._wal_on = rocksdict.WriteOptions()
@@ -157,8 +157,8 @@ class Store:
     def close(self) -> None:
         """Drop the buffer and close RocksDB. Idempotent.
 
-        Open iterators from :meth:`iter_committed` are closed first: each keeps the
-        database (and its LOCK file) alive, and a later reopen would fail.
+        Open scans are closed first: each keeps the database (and its LOCK file) alive,
+        and a later reopen would fail.
         """
         db = self._db
         if db is None:
@@ -167,8 +167,7 @@ class Store:
         self._cache.clear()
         first_error: BaseException | None = None
         try:
-            for iterator in list(self._iterators):
-                iterator.close()
+            self._scans.close_all()
         except BaseException as exc:
             first_error = exc
         try:
@@ -239,11 +238,12 @@ class Store:
         holding every buffered put/delete plus the changed offsets; 3. one ``db.write``
         with the WAL on (a process crash keeps it; after power loss RocksDB recovers an
         earlier commit, never part of one); 4. clear the buffer and update the cached
-        offsets.
+        offsets. Every open scan is closed first.
 
         If the write raises, nothing was written and the buffer is kept.
         """
         self._require_open()
+        self._scans.close_all()
         changed = self._changed(offsets)
         if not self._buffer and not changed:
             return
@@ -374,14 +374,46 @@ class Store:
 
     def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
         """Every committed (key, value) of the data family, in key order; never offsets.
-
-        Raises StoreCorrupted while iterating if a block is unreadable: rocksdict's own
-        ``items()`` silently ends early on a checksum error, so the iterator status is
-        checked at the end.
+        Raises StoreCorrupted while iterating if a block is unreadable (see :meth:`scan`).
         """
-        iterator = scan(self._require_open(), self.path)
-        self._iterators.add(iterator)
-        return iterator
+        return self._scans.open(self._require_open(), {}, KeyRange(), False, None)
+
+    def scan(
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan:
+        """The pairs of ``[lo, hi)`` in key order, this task's buffered writes merged with
+        RocksDB (``scan.py``). Open until closed, the next commit or the store's close.
+        Owner thread only.
+
+        Raises:
+            ScanRangeError: ``lo > hi``, a bound that is not bytes, a bad limit.
+            StoreCorrupted: while iterating, an unreadable block (the cursor's status is
+                checked at the end: rocksdict ends silently on a checksum error).
+        """
+        return self._open_scan(key_range(lo, hi), reverse, limit)
+
+    def scan_prefix(
+        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> Scan:
+        """The pairs whose key starts with ``prefix``, as :meth:`scan`."""
+        return self._open_scan(prefix_range(prefix), reverse, limit)
+
+    def _open_scan(self, found: KeyRange, reverse: bool, limit: int | None) -> Scan:
+        check_limit(limit)
+        return self._scans.open(self._require_open(), self._buffer.entries, found, reverse, limit)
+
+    def read_committed_range(
+        self, found: KeyRange, *, reverse: bool = False, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The committed pairs of ``found``, at most ``limit`` (interactive queries).
+        Thread-safe like :meth:`get_committed`."""
+        with self._close_lock:
+            return read_range(self._require_open(), self.path, found, reverse, limit)
 
     def approximate_num_keys(self) -> int:
         """RocksDB's estimate of keys in the data family (for tools)."""
