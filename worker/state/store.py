@@ -26,7 +26,7 @@ import contextlib
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Final, Protocol, cast
+from typing import Final, Protocol, Self, cast
 
 import rocksdict
 
@@ -120,7 +120,7 @@ class Store:
         )
 
     @classmethod
-    def open(cls, path: Path, env: RocksDBEnv, name: str) -> Store:
+    def open(cls, path: Path, env: RocksDBEnv, name: str) -> Self:
         """Open (creating if missing) the store at ``path`` with the shared ``env``.
 
         Raises:

@@ -28,6 +28,7 @@ from worker.state.checkpoint import CheckpointError, read_checkpoint, write_chec
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.state.ttl_store import open_store
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 
@@ -113,7 +114,7 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
+            self.stores[spec.name] = open_store(path, self._ctx.env, spec.name, spec.ttl_ms)
         if self.role is TaskRole.ACTIVE:
             self._graph = self._new_graph()
 
