@@ -20,4 +20,5 @@ BENCHMARK_NAMES = (
     "initial_standbys",
     "restart",
     "spark_load",
+    "scans_ttl",
 )

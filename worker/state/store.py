@@ -250,7 +250,7 @@ class Store:
         self._write(self._buffer.entries.items(), changed, self._wal_on)
         if self._buffer:
             self._cache.add_committed(self._buffer.entries, self._buffer.size_bytes)
-        self.discard_pending()
+        self._buffer.clear()  # not discard_pending: a subclass may keep more (ttl_store.py)
 
     def restore_batch(self) -> RestoreBatch:
         """An empty batch of restored records for :meth:`write_restored`.

@@ -77,6 +77,9 @@ class TtlStore(Store):
         self.stream_time_ms = -1
         self._index: dict[bytes, bytes | None] = {}  # local index writes (None: delete)
         self._writes = 0  # puts since the last sweep: the next sweep's budget
+        # The last index entry a sweep deleted: every entry before it is deleted too, so
+        # the next sweep starts there instead of walking RocksDB's tombstones of them again.
+        self._swept_to: bytes | None = None
 
     # -- the processor's side ------------------------------------------------------------
 
@@ -140,19 +143,21 @@ class TtlStore(Store):
         """
         self.stream_time_ms = max(self.stream_time_ms, now_ms)
         budget = ttl.sweep_budget(self._writes)
-        with self._index_scan(None) as entries:
+        with self._index_scan(None, self._sweep_start()) as entries:
             plan = ttl.plan_sweep((entry for entry, _ in entries), now_ms, budget, self.get)
         for key in plan.expired:
             self.delete(key)
         for entry in plan.index_deletes:
             self._index[entry] = None
+        if plan.index_deletes:
+            self._swept_to = plan.index_deletes[-1]
         self._writes = 0
         return Swept(len(plan.expired), len(plan.index_deletes), plan.more)
 
     def backlog(self, now_ms: int, cap: int) -> int:
         """Index entries due at ``now_ms`` not swept yet, counted up to ``cap``."""
         due = 0
-        with self._index_scan(cap) as entries:
+        with self._index_scan(cap, self._sweep_start()) as entries:
             for entry, _ in entries:
                 if ttl.parse_index_key(entry)[0] > now_ms:
                     break
@@ -161,9 +166,20 @@ class TtlStore(Store):
 
     # -- commit, restore and queries: the index kept local and exact ---------------------
 
-    def _index_scan(self, limit: int | None) -> Scan:
-        """The index in expiry order, its local writes merged with RocksDB."""
-        return self._scans.open(self._require_open(), self._index, _INDEX, False, limit)
+    def _sweep_start(self) -> bytes | None:
+        """Where the index still has entries: the last one swept, or a newer write's entry
+        before it (a late record's), whichever is first; None: from the start."""
+        start = self._swept_to
+        if start is None:
+            return None
+        return min(
+            (e for e, v in self._index.items() if v is not None and e < start), default=start
+        )
+
+    def _index_scan(self, limit: int | None, start: bytes | None = None) -> Scan:
+        """The index in expiry order from ``start``, its local writes merged with RocksDB."""
+        found = _INDEX if start is None else KeyRange(start, _INDEX.hi)
+        return self._scans.open(self._require_open(), self._index, found, False, limit)
 
     def _write(
         self,
@@ -177,6 +193,7 @@ class TtlStore(Store):
     def discard_pending(self) -> None:
         super().discard_pending()
         self._index.clear()
+        self._swept_to = None  # the sweep's deletes are gone: its entries are back
 
     def restore_batch(self) -> RestoreBatch:
         return IndexingBatch(self, super().restore_batch())

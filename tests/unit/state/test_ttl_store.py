@@ -145,3 +145,17 @@ def test_a_discarded_buffer_forgets_its_index_writes(store: TtlStore) -> None:
     store.discard_pending()
     store.commit({})
     assert index_of(store) == []
+
+
+def test_a_late_write_expiring_before_the_last_swept_entry_is_still_swept(
+    store: TtlStore,
+) -> None:
+    for n in range(3):
+        store.put_at(b"k%d" % n, b"v", write_ms=n * 10)
+    store.commit({})
+    assert store.sweep(now_ms=115).evicted == 2  # k0, k1: the sweep goes on from k1's entry
+    store.commit({})
+    store.put_at(b"late", b"v", write_ms=0)  # expires at 100, before where the sweep stopped
+    assert store.sweep(now_ms=125).evicted == 2  # late and k2
+    store.commit({})
+    assert index_of(store) == []
