@@ -4,9 +4,10 @@ A plain :class:`~worker.processing.context.KeyValueStore` reads through the stor
 inline read path; a TTL store's values carry their expiry and must be filtered on every
 read, so its view calls the store's time-aware methods instead (``TtlStore`` in
 ``worker/state/ttl_store.py``), passing the task's clock: reads and scans at
-``clock.stream_time``, writes at ``clock.timestamp`` (the record's time, or the
-punctuation's). Only TTL stores pay for this; the per-record path of the others is
-unchanged.
+``clock.stream_time``, writes at ``min(clock.timestamp, clock.stream_time)``: the
+record's time, and in a punctuator the stream time (a wall-clock punctuation's time is
+not stream time, and a backfill would otherwise write keys that outlive their records).
+Only TTL stores pay for this; the per-record path of the others is unchanged.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class TtlKeyValueStore(KeyValueStore):
         if data is None:
             self.delete(key)
             return
-        self._store.put_at(self._raw_key(key), data, self._clock.timestamp)
+        clock = self._clock
+        self._store.put_at(self._raw_key(key), data, min(clock.timestamp, clock.stream_time))
 
     def delete(self, key: Any) -> None:
         self._store.remove(self._raw_key(key))

@@ -36,7 +36,7 @@ def test_keys_expire_ttl_ms_after_the_write_in_stream_time(store: TtlStore) -> N
     view = TtlKeyValueStore("s", store, STR, JSON, clock)
     clock.timestamp = clock.stream_time = 1000
     view.put("a", {"n": 1})
-    clock.timestamp = 1050  # b is written later: it lives longer
+    clock.timestamp = clock.stream_time = 1050  # b is written later: it lives longer
     view.put("b", {"n": 2})
     clock.stream_time = 1099
     assert view.get("a") == {"n": 1}
@@ -71,3 +71,11 @@ def test_add_store_keeps_the_ttl_in_the_spec() -> None:
         .build()
     )
     assert built.store("s")[1].ttl_ms == 60_000
+
+
+def test_a_write_is_never_timed_after_stream_time(store: TtlStore) -> None:
+    clock = Clock(timestamp=10_000, stream_time=1000)  # a wall-clock punctuation, say
+    view = TtlKeyValueStore("s", store, STR, STR, clock)
+    view.put("a", "x")
+    clock.stream_time = 1100
+    assert view.get("a") is None  # expired 100 ms after stream time 1000, not 10,000
