@@ -20,5 +20,6 @@ BENCHMARK_NAMES = (
     "initial_standbys",
     "restart",
     "spark_load",
+    "scale",
     "scans_ttl",
 )

@@ -6,6 +6,10 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+# Record timestamps, stream time and window bounds are milliseconds in a signed 64-bit
+# integer, as Kafka's are.
+MAX_TIME_MS = 2**63 - 1
+
 
 class Clock(Protocol):
     def monotonic(self) -> float: ...

@@ -2,7 +2,8 @@
 
 Every endpoint is exercised over the network: a key whose task is active on the worker
 asked is answered there; a key whose task lives on the other worker is redirected to
-that worker's endpoint (from the assignment's host map) and answered there; with
+that worker's endpoint (from the group's host map, which one of the two serves to the
+other) and answered there; with
 ``allow_stale=true`` the standby copy answers with its lag in a header.
 """
 
@@ -140,6 +141,9 @@ def _tasks_and_host_maps(a: WorkerProcess, b: WorkerProcess) -> dict[str, str]:
     assert ta["endpoint"] == endpoint(a) and tb["endpoint"] == endpoint(b)
     assert ta["active_hosts"] == tb["active_hosts"]
     assert ta["standby_hosts"] == tb["standby_hosts"]
+    # User data version 2: one worker's assignment carries the maps (the directory's),
+    # the other fetched them from it.
+    assert ta["directory"] == tb["directory"] in {endpoint(a), endpoint(b)}
     assert set(ta["active_hosts"]) == {endpoint(a), endpoint(b)}
     for listing, worker in ((ta, a), (tb, b)):
         actives = sorted(t["task_id"] for t in listing["tasks"] if t["kind"] == "active")

@@ -212,7 +212,10 @@ def test_two_members_split_the_tasks_evenly_and_see_each_others_hosts(group: Gro
     assert a[0].assigned_partitions == group.sources(first.active)
     assert b[0].assigned_partitions == group.sources(second.active)
     hosts = {"a:8080": first.active, "b:8080": second.active}
-    assert first.active_hosts == second.active_hosts == hosts
+    # User data version 2: the directory ("a", the lowest key) alone carries the maps.
+    assert first.directory == second.directory == "a:8080"
+    assert first.active_hosts == hosts
+    assert second.active_hosts == {}
     assert first.standby == first.warmup == frozenset()
     assert first.next_probe_ms == -1
     assert a[0].member_id and a[0].member_id != b[0].member_id
@@ -304,7 +307,10 @@ def test_a_restarted_member_removes_its_crashed_predecessor_before_joining(
 
     # The first generation the restart is in already leaves the crashed member out: no
     # task waits for a member that will never process it.
-    after = restarted[1].assignments[0]
+    first = restarted[1].assignments[0]
+    # The directory ("a") holds the generation's routing map.
+    after = next(x for x in a[1].assignments if x.generation == first.generation)
+    assert first.directory == after.directory == "a:8080"
     assert set(after.active_hosts) == {"a:8080", "b-restarted:8080"}
     assert frozenset().union(*after.active_hosts.values()) == ALL_TASKS
     assert crashed_id != restarted[0].member_id

@@ -263,6 +263,21 @@ def test_same_input_in_any_order_gives_the_same_plan(case: Case, rnd: random.Ran
     assert case.run() == first
 
 
+@prints_blob
+@given(cases(), st.data())
+def test_reports_plus_an_unreported_lag_per_task_plan_like_the_full_table(
+    case: Case, data: st.DataObject
+) -> None:
+    """What the leader passes (each client's reports, one lag for everyone else per
+    task) decides exactly as a table with every client's lag on every task."""
+    unreported = {t: data.draw(lags, label=str(t)) for t in case.tasks}
+    table = {name: replace(c, lags={**unreported, **c.lags}) for name, c in case.clients.items()}
+    sparse = plan(
+        case.tasks, case.clients, case.config, NOW, case.stateless, case.moves, unreported
+    )
+    assert sparse == replace(case, clients=table).run()
+
+
 @multi_round
 @given(cases(), standby_lags)
 def test_a_withheld_task_is_active_on_its_target_in_the_follow_up_round(

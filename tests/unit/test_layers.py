@@ -40,6 +40,7 @@ FOUNDATION = (
     "observability",
     "partitioner",
     "serde",
+    "windowed_serde",
 )
 # Commands, not layers: only the command line (and the demo, for the Spark loader) uses them.
 COMMANDS = ("cli", "dev", "tools", "spark")

@@ -26,7 +26,8 @@ client: any client can run it at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from worker.assignment.task_id import TP, TaskId
 
@@ -64,14 +65,37 @@ def end_offset_sums(
     clients: Mapping[K, OffsetReport],
 ) -> dict[TaskId, int]:
     """Per stateful task, the best lower bound of its changelogs' total end (see module doc)."""
+    highest: dict[TaskId, int] = {}
+    for client in clients.values():
+        for task, reported in client.task_offset_sums.items():
+            if reported > highest.get(task, 0):
+                highest[task] = reported
     sums: dict[TaskId, int] = {}
     for task, partitions in partitions_per_task.items():
         if not partitions:
             continue
         listed = sum(max(0, end_offsets.get(tp, 0)) for tp in partitions)
-        reported = max((_reported(c, task) for c in clients.values()), default=0)
-        sums[task] = max(listed, reported)
+        sums[task] = max(listed, highest.get(task, 0))
     return sums
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLags(Generic[K]):
+    """How far behind each client is on each task, without a client x task table.
+
+    ``reported[client]`` holds the tasks the client reports a position for or runs
+    (``prev_active``); on any other task it is behind by ``unreported[task]``: the
+    task's whole changelog (a full restore), 0 for a stateless task. A group of a
+    thousand clients and ten thousand tasks thus costs the reports, not ten million
+    entries; :func:`worker.assignment.planner.plan` takes both parts as they are.
+    """
+
+    reported: Mapping[K, Mapping[TaskId, int]]
+    unreported: Mapping[TaskId, int]
+
+    def of(self, client: K, task: TaskId) -> int:
+        """The lag of ``client`` on ``task`` (a task not given to :func:`task_lags`: 0)."""
+        return self.reported[client].get(task, self.unreported.get(task, 0))
 
 
 def task_lags(
@@ -79,20 +103,21 @@ def task_lags(
     changelog_partitions_per_task: Mapping[TaskId, Sequence[TP]],
     end_offsets: Mapping[TP, int],
     clients: Mapping[K, OffsetReport],
-) -> dict[K, dict[TaskId, int]]:
-    """client -> task -> records behind (>= 0), for every task and every client.
+) -> TaskLags[K]:
+    """Every client's lag on every task (>= 0), as :class:`TaskLags`.
 
     ``end_offsets`` may lack partitions (they could not be fetched): a missing partition
     counts as 0 there, so the members' reports decide (module doc). A task missing from
     ``changelog_partitions_per_task`` counts as stateless.
     """
-    wanted = sorted(set(tasks))
+    wanted = set(tasks)
     stateful = {t: changelog_partitions_per_task.get(t, ()) for t in wanted}
     ends = end_offset_sums(stateful, end_offsets, clients)
-    lags: dict[K, dict[TaskId, int]] = {}
+    reported: dict[K, dict[TaskId, int]] = {}
     for key, client in clients.items():
-        lags[key] = {task: _lag(client, task, ends.get(task)) for task in wanted}
-    return lags
+        held = {t for t, s in client.task_offset_sums.items() if s >= 0} | client.prev_active
+        reported[key] = {t: _lag(client, t, ends.get(t)) for t in sorted(held & wanted)}
+    return TaskLags(reported, {task: ends.get(task, 0) for task in sorted(wanted)})
 
 
 def _reported(client: OffsetReport, task: TaskId) -> int:

@@ -1,11 +1,28 @@
 """What members tell the leader and what the leader tells them: versioned user-data formats.
 
-Both formats are compact JSON (orjson) objects carrying a ``version`` field, versioned from
-day one as the architecture asks. A decoder accepts every version up to the one it knows
-and ignores fields it does not know, so a later minor addition need not bump the version;
-a higher version raises :class:`UnsupportedVersion` naming both versions. The subscription
-also carries ``latest_supported`` (Kafka Streams' ``latestSupportedVersion``) so a future
-leader can pick a version every member understands (version probing).
+Two encodings, told apart by their first byte:
+
+* version 1: a JSON (orjson) object with a ``version`` field, the format of the first
+  releases. Its assignments carry the whole group's host maps, so at a thousand members
+  the group's metadata grew past Kafka's 1 MiB record limit (KAFKA-7149's problem).
+* version 2: :data:`BINARY_MARKER`, the version as a varint, then the compact fields of
+  :mod:`worker.assignment.compact`. An assignment carries only its member's tasks and
+  the endpoint of the *directory*: the one member whose assignment also carries the
+  group's routing map, which the others fetch from it when a query needs it
+  (:mod:`worker.http.directory`).
+
+A decoder accepts every version up to the one it knows and ignores fields it does not
+know, so a later minor addition need not bump the version; a higher version raises
+:class:`UnsupportedVersion` naming both versions.
+
+Version negotiation (Kafka Streams' version probing, without its extra round). The
+subscription carries ``latest_supported``. A member encodes its subscription in the
+version of the last assignment it received, version 1 before any: every leader, old or
+new, can read it. The leader answers every member in the lowest ``latest_supported`` of
+the group, so while one old member remains everyone gets version 1 (with host maps) and
+keeps subscribing in version 1, and an old member that becomes leader reads every
+subscription. Once every member reads version 2, the leader sends version 2 and the
+members' next subscriptions shrink too. A rollback works the same way down.
 
 Offset sums. ``task_offset_sums[task]`` is the sum, over the task's changelog partitions,
 of the member's next position in each (stored offset + 1; 0 for a partition with no stored
@@ -28,11 +45,17 @@ from typing import Any
 
 import orjson
 
+from worker.assignment import compact
 from worker.assignment.task_id import TaskId
+from worker.assignment.wire import Reader, Writer
 from worker.errors import WorkerError
 
-SUBSCRIPTION_VERSION = 1
-ASSIGNMENT_VERSION = 1
+JSON_VERSION = 1
+SUBSCRIPTION_VERSION = 2  # the latest this worker reads and writes
+ASSIGNMENT_VERSION = 2
+ROUTING_VERSION = 2  # the routing map a directory serves (``GET /routing``): binary only
+# First byte of a binary encoding: not one a JSON text starts with (``{`` or blank).
+BINARY_MARKER = 0xB7
 LATEST_OFFSET = -2
 UNKNOWN_OFFSET_SUM = -3
 NO_PROBE = -1
@@ -88,6 +111,9 @@ class Subscription:
     # client key it goes to), echoed so that whichever member leads the follow-up round
     # finishes them as planned, even when the previous leader is gone.
     pending_moves: Mapping[TaskId, str] = field(default_factory=dict)
+    # The latest user-data version the member reads: decoded, never set when encoding
+    # (a member always announces its own).
+    latest_supported: int = SUBSCRIPTION_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_offset_sums", MappingProxyType(dict(self.task_offset_sums)))
@@ -100,11 +126,18 @@ class Subscription:
         """A member that reports no local state (also what an undecodable one counts as)."""
         return cls(process_id, endpoint, {}, frozenset(), frozenset())
 
-    def encode(self) -> bytes:
-        """Deterministic bytes: keys and task lists sorted, so equal values encode equally."""
+    def encode(self, version: int = SUBSCRIPTION_VERSION) -> bytes:
+        """Deterministic bytes in ``version`` (keys and tasks sorted: equal values encode
+        equally); raises ValueError for a version this worker cannot write."""
+        if version == SUBSCRIPTION_VERSION:
+            out = _binary_envelope(version)
+            out.uint(SUBSCRIPTION_VERSION)
+            compact.write_subscription(out, self)
+            return out.bytes()
+        _check_json_version(version)
         return orjson.dumps(
             {
-                "version": SUBSCRIPTION_VERSION,
+                "version": JSON_VERSION,
                 "latest_supported": SUBSCRIPTION_VERSION,
                 "process_id": self.process_id,
                 "endpoint": self.endpoint,
@@ -119,6 +152,13 @@ class Subscription:
     @classmethod
     def decode(cls, data: bytes) -> Subscription:
         """Parse a subscription; raise UnsupportedVersion or MalformedUserData."""
+        if _is_binary(data):
+            reader = _open_binary(data, "subscription", SUBSCRIPTION_VERSION)
+            try:
+                latest = reader.uint()
+                return cls(**compact.read_subscription(reader), latest_supported=latest)
+            except (TypeError, ValueError) as exc:
+                raise MalformedUserData(f"subscription user data is malformed: {exc}") from exc
         obj = _load(data, "subscription", SUBSCRIPTION_VERSION)
         try:
             sums = obj.get("offset_sums", {})
@@ -132,6 +172,7 @@ class Subscription:
                 prev_standby=_decode_tasks(obj.get("prev_standby", [])),
                 rebalance_requests=_int(obj.get("rebalance_requests", 0)),
                 pending_moves=_decode_moves(obj.get("pending_moves", {})),
+                latest_supported=_int(obj.get("latest_supported", JSON_VERSION)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedUserData(f"subscription user data is malformed: {exc}") from exc
@@ -139,10 +180,13 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """What the leader decided for one member, plus routing metadata for the whole group.
+    """What the leader decided for one member, plus where to find the group's routing map.
 
     ``active_hosts``/``standby_hosts`` map each instance's endpoint (host:port) to the
-    tasks it hosts, for interactive-query routing (``standby_hosts`` includes warmups);
+    tasks it hosts, for interactive-query routing (``standby_hosts`` includes warmups).
+    In version 1 every assignment carries them; in version 2 only the directory's does,
+    and ``directory`` names that member's endpoint in every assignment ("" in version 1,
+    or when no member has an endpoint).
     ``warmup`` holds standbys placed where the leader wants the active once they have
     caught up. ``next_probe_ms`` is the wall-clock time (ms) at which this member should
     ask for a probing rebalance, ``NO_PROBE`` (-1) for none; the leader sets it on exactly
@@ -158,8 +202,10 @@ class Assignment:
     standby_hosts: Mapping[str, frozenset[TaskId]]
     next_probe_ms: int = NO_PROBE
     generation: int = -1
-    # The group's two-phase moves under way (task -> the client key it goes to next round).
+    # The two-phase moves under way that concern this member (task -> the client key it
+    # goes to next round): those it is the target of, and those of tasks it owned.
     pending_moves: Mapping[TaskId, str] = field(default_factory=dict)
+    directory: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pending_moves", MappingProxyType(dict(self.pending_moves)))
@@ -177,11 +223,18 @@ class Assignment:
     def with_generation(self, generation: int) -> Assignment:
         return replace(self, generation=generation)
 
-    def encode(self) -> bytes:
-        """Deterministic bytes (sorted); ``generation`` is deliberately left out."""
+    def encode(self, version: int = ASSIGNMENT_VERSION) -> bytes:
+        """Deterministic bytes (sorted) in ``version``; ``generation`` is deliberately
+        left out, and so is ``directory`` in version 1. Raises ValueError for a version
+        this worker cannot write."""
+        if version == ASSIGNMENT_VERSION:
+            out = _binary_envelope(version)
+            compact.write_assignment(out, self)
+            return out.bytes()
+        _check_json_version(version)
         return orjson.dumps(
             {
-                "version": ASSIGNMENT_VERSION,
+                "version": JSON_VERSION,
                 "active": _encode_tasks(self.active),
                 "standby": _encode_tasks(self.standby),
                 "warmup": _encode_tasks(self.warmup),
@@ -195,6 +248,12 @@ class Assignment:
     @classmethod
     def decode(cls, data: bytes, generation: int = -1) -> Assignment:
         """Parse an assignment; raise UnsupportedVersion or MalformedUserData."""
+        if _is_binary(data):
+            reader = _open_binary(data, "assignment", ASSIGNMENT_VERSION)
+            try:
+                return cls(**compact.read_assignment(reader), generation=generation)
+            except (TypeError, ValueError) as exc:
+                raise MalformedUserData(f"assignment user data is malformed: {exc}") from exc
         obj = _load(data, "assignment", ASSIGNMENT_VERSION)
         try:
             return cls(
@@ -211,6 +270,73 @@ class Assignment:
             raise MalformedUserData(f"assignment user data is malformed: {exc}") from exc
 
 
+def user_data_version(data: bytes) -> int:
+    """The version ``data`` claims (1 for anything that is not binary); never raises."""
+    if not _is_binary(data):
+        return JSON_VERSION
+    try:
+        return Reader(data, 1).uint()
+    except ValueError:
+        return JSON_VERSION
+
+
+def encode_routing(
+    generation: int,
+    active_hosts: Mapping[str, frozenset[TaskId]],
+    standby_hosts: Mapping[str, frozenset[TaskId]],
+) -> bytes:
+    """The routing map of one generation, as a directory serves it."""
+    out = _binary_envelope(ROUTING_VERSION)
+    out.sint(generation)
+    compact.write_hosts(out, active_hosts, standby_hosts)
+    return out.bytes()
+
+
+def decode_routing(
+    data: bytes,
+) -> tuple[int, Mapping[str, frozenset[TaskId]], Mapping[str, frozenset[TaskId]]]:
+    """(generation, active hosts, standby hosts); raise UnsupportedVersion or MalformedUserData."""
+    if not _is_binary(data):
+        raise MalformedUserData("routing map is not in the binary format")
+    reader = _open_binary(data, "routing map", ROUTING_VERSION)
+    try:
+        generation = reader.sint()
+        active, standby = compact.read_hosts(reader)
+    except (TypeError, ValueError) as exc:
+        raise MalformedUserData(f"routing map is malformed: {exc}") from exc
+    return generation, _hosts(active), _hosts(standby)
+
+
+def _is_binary(data: bytes) -> bool:
+    return data[:1] == bytes((BINARY_MARKER,))
+
+
+def _binary_envelope(version: int) -> Writer:
+    out = Writer()
+    out.byte(BINARY_MARKER)
+    out.uint(version)
+    return out
+
+
+def _open_binary(data: bytes, kind: str, supported: int) -> Reader:
+    """A reader past the envelope, once its version is known to be readable here."""
+    reader = Reader(data, 1)
+    try:
+        version = reader.uint()
+    except ValueError as exc:
+        raise MalformedUserData(f"{kind} user data has no valid version: {exc}") from exc
+    if version > supported:
+        raise UnsupportedVersion(kind, version, supported)
+    if version <= JSON_VERSION:
+        raise MalformedUserData(f"{kind} user data: version {version} is not a binary format")
+    return reader
+
+
+def _check_json_version(version: int) -> None:
+    if version != JSON_VERSION:
+        raise ValueError(f"cannot encode user data version {version}")
+
+
 def _load(data: bytes, kind: str, supported: int) -> dict[str, Any]:
     """Parse the JSON envelope and check its version before anything else."""
     try:
@@ -224,6 +350,8 @@ def _load(data: bytes, kind: str, supported: int) -> dict[str, Any]:
         raise MalformedUserData(f"{kind} user data has no valid version field: {version!r}")
     if version > supported:
         raise UnsupportedVersion(kind, version, supported)
+    if version != JSON_VERSION:
+        raise MalformedUserData(f"{kind} user data: version {version} is not a JSON format")
     return obj
 
 

@@ -57,8 +57,8 @@ f. Two-phase moves (KIP-429). A task never becomes active on a new client in the
    task when it is one of them; the others just lose it. The previous owners revoke and
    ask for the follow-up round, in which nobody claims the task and b1 keeps it on the
    intended owner given ``previous_moves``: the leader's own memory, or, when another
-   member planned the previous round, the moves every assignment carries and members
-   echo in their subscriptions (:mod:`worker.kafka.task_assignor`).
+   member planned the previous round, the moves members were told of (those they take
+   part in) and echo in their subscriptions (:mod:`worker.kafka.task_assignor`).
 
 Same input, same output, whatever order the tasks and clients arrive in: every choice
 above ends in a tie-break on the client key and the TaskId.
@@ -68,33 +68,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
 
 from worker.assignment.model import NO_PROBE
+from worker.assignment.slots import LoadOrder, Slots
+from worker.assignment.standing import UNKNOWN_LAG, ClientState, Standing
 from worker.assignment.task_id import TaskId
 
-# The lag of a client that reports nothing and has no lag entry: behind everyone.
-UNKNOWN_LAG = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class ClientState:
-    """What the leader knows about one client (one worker process) at this rebalance.
-
-    ``lags`` maps a task to how many changelog records the client is behind on it
-    (:func:`worker.assignment.lags.task_lags`); a task missing from it counts as
-    ``UNKNOWN_LAG``. A task in ``prev_active`` always counts as lag 0.
-    """
-
-    process_id: str
-    prev_active: frozenset[TaskId] = frozenset()
-    prev_standby: frozenset[TaskId] = frozenset()
-    lags: Mapping[TaskId, int] = field(default_factory=dict)
-
-    def lag(self, task: TaskId) -> int:
-        if task in self.prev_active:
-            return 0
-        return self.lags.get(task, UNKNOWN_LAG)
+__all__ = ["UNKNOWN_LAG", "ClientState", "Plan", "PlannerConfig", "plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +120,7 @@ def plan(
     now_ms: int,
     stateless: Collection[TaskId] = frozenset(),
     previous_moves: Mapping[TaskId, str] | None = None,
+    unreported_lags: Mapping[TaskId, int] | None = None,
 ) -> Plan:
     """Place every task as active on at most one client, plus standbys and warmups.
 
@@ -149,12 +130,17 @@ def plan(
     ``stateless`` have no state: every client counts as caught up on them and they get
     no standbys or warmups. ``previous_moves`` is the ``pending_moves`` of the plan
     before this one, when the caller still has it: the follow-up round then completes
-    those moves (step b1). With no clients the plan is empty. See the module doc.
+    those moves (step b1). ``unreported_lags`` is the lag of a client whose ``lags``
+    have no entry for a task (:class:`worker.assignment.lags.TaskLags`: the whole
+    changelog); a task missing there counts as ``UNKNOWN_LAG``. So each client need list
+    only the tasks it holds state for, and a plan costs time in proportion to the
+    tasks, the clients and their reports, never to tasks times clients. With no clients
+    the plan is empty. See the module doc.
     """
     names = sorted(clients)
     if not names:
         return Plan({}, {}, {})
-    group = _Group(clients, config, stateless)
+    group = Standing(clients, config.acceptable_recovery_lag, stateless, unreported_lags or {})
     all_tasks = sorted(set(tasks))
     owners = _previous_owners(all_tasks, group, previous_moves or {})
     ideal = _ideal_placement(all_tasks, group, owners)
@@ -171,63 +157,8 @@ def plan(
     )
 
 
-class _Group:
-    """Step a: the clients, their lags and who is caught up. Read-only during a plan."""
-
-    def __init__(
-        self, clients: Mapping[str, ClientState], config: PlannerConfig, stateless: Iterable[TaskId]
-    ) -> None:
-        self.names = sorted(clients)
-        self.clients = clients
-        self.stateless = frozenset(stateless)
-        self.acceptable = config.acceptable_recovery_lag
-
-    def lag(self, name: str, task: TaskId) -> int:
-        return 0 if task in self.stateless else self.clients[name].lag(task)
-
-    def caught_up(self, name: str, task: TaskId) -> bool:
-        return self.lag(name, task) <= self.acceptable
-
-    def rank(self, name: str, task: TaskId) -> int:
-        """How far behind for ordering: 0 when caught up (all equal), else the lag."""
-        lag = self.lag(name, task)
-        return 0 if lag <= self.acceptable else lag
-
-    def claimers(self, task: TaskId) -> list[str]:
-        """The clients that run ``task`` as active now (more than one only after a restart)."""
-        return [name for name in self.names if task in self.clients[name].prev_active]
-
-    def caught_up_clients(self, task: TaskId) -> list[str]:
-        return [name for name in self.names if self.caught_up(name, task)]
-
-
-class _Slots:
-    """Step b's balance caps: ``T // N`` per client, and ``T % N`` of them one more.
-
-    Whoever fills the slots, the caps add up to exactly ``T``, so placing every task
-    within them always succeeds and always ends balanced.
-    """
-
-    def __init__(self, names: Sequence[str], task_count: int) -> None:
-        self.base, self.extra_left = divmod(task_count, len(names))
-        self.placed: dict[str, set[TaskId]] = {name: set() for name in names}
-
-    def can_take(self, name: str) -> bool:
-        count = len(self.placed[name])
-        return count < self.base or (count == self.base and self.extra_left > 0)
-
-    def take(self, name: str, task: TaskId) -> None:
-        if len(self.placed[name]) == self.base:
-            self.extra_left -= 1
-        self.placed[name].add(task)
-
-    def least_loaded(self, names: Iterable[str]) -> str | None:
-        roomy = [n for n in names if self.can_take(n)]
-        return min(roomy, key=lambda n: (len(self.placed[n]), n)) if roomy else None
-
-
 def _previous_owners(
-    tasks: Sequence[TaskId], group: _Group, previous_moves: Mapping[TaskId, str]
+    tasks: Sequence[TaskId], group: Standing, previous_moves: Mapping[TaskId, str]
 ) -> dict[TaskId, str]:
     """The one previous owner per task (step b1); a task claimed by several goes to the
     lowest key. Two claims happen only when a process restarted before its old member
@@ -247,23 +178,32 @@ def _previous_owners(
 
 
 def _ideal_placement(
-    tasks: Sequence[TaskId], group: _Group, owners: Mapping[TaskId, str]
+    tasks: Sequence[TaskId], group: Standing, owners: Mapping[TaskId, str]
 ) -> dict[TaskId, str]:
     """Step b: a balanced, sticky placement that ignores whether anyone is caught up."""
-    slots = _Slots(group.names, len(tasks))
+    slots = Slots(group.names, len(tasks))
     free = _keep_previous(tasks, group, owners, slots)
-    indifferent = [t for t in free if len({group.rank(n, t) for n in group.names}) == 1]
+    indifferent = [t for t in free if _indifferent(t, group)]
     skip = set(indifferent)
     _place_by_lag([t for t in free if t not in skip], group, slots)
     for task in indifferent:  # b3
-        name = slots.least_loaded(group.names)
+        name = slots.least_loaded_except(())
         assert name is not None, "the caps add up to the task count"
         slots.take(name, task)
     return {task: name for name, placed in slots.placed.items() for task in placed}
 
 
+def _indifferent(task: TaskId, group: Standing) -> bool:
+    """Whether every client ranks the same on ``task`` (step b3)."""
+    known = group.known_ranks(task)
+    ranks = set(known.values())
+    if len(known) < len(group.names):
+        ranks.add(group.default_rank(task))
+    return len(ranks) == 1
+
+
 def _keep_previous(
-    tasks: Sequence[TaskId], group: _Group, owners: Mapping[TaskId, str], slots: _Slots
+    tasks: Sequence[TaskId], group: Standing, owners: Mapping[TaskId, str], slots: Slots
 ) -> list[TaskId]:
     """Step b1. Returns the tasks left to place, in TaskId order."""
     owned: dict[str, list[TaskId]] = {name: [] for name in group.names}
@@ -285,7 +225,7 @@ def _keep_previous(
     return [task for task in tasks if task not in kept]
 
 
-def _receivers(owned: Mapping[str, Sequence[TaskId]], slots: _Slots) -> list[str]:
+def _receivers(owned: Mapping[str, Sequence[TaskId]], slots: Slots) -> list[str]:
     """The clients that will take tasks over: those below ``T // N``, and those at it
     when extra slots remain after every owner over ``T // N`` kept one. The state of a
     client that gets nothing does not make a task cheap to hand over."""
@@ -299,31 +239,49 @@ class _Handover:
     """How far behind the best client that could take a task over is (lower: cheaper;
     0 when one is caught up)."""
 
-    def __init__(self, group: _Group, receivers: Sequence[str]) -> None:
+    def __init__(self, group: Standing, receivers: Sequence[str]) -> None:
         self._group = group
-        self._receivers = receivers
+        self._receivers = frozenset(receivers)
 
     def cost(self, task: TaskId) -> int:
-        lags = (self._group.rank(n, task) for n in self._receivers)
-        return min(lags, default=UNKNOWN_LAG)
+        ranks = [r for n, r in self._group.known_ranks(task).items() if n in self._receivers]
+        if len(ranks) < len(self._receivers):  # a receiver without a report
+            ranks.append(self._group.default_rank(task))
+        return min(ranks, default=UNKNOWN_LAG)
 
 
-def _place_by_lag(free: Sequence[TaskId], group: _Group, slots: _Slots) -> None:
-    """Step b2: walk (rank, task, client) pairs from the smallest rank up.
+def _place_by_lag(free: Sequence[TaskId], group: Standing, slots: Slots) -> None:
+    """Step b2: walk (rank, task, candidate clients) from the smallest rank up.
 
     Room only shrinks as tasks are placed, so when a task's turn comes at its largest
-    lag every client still with room is offered: every task gets placed.
+    rank every client still with room is offered: every task gets placed. A task's
+    candidates at its default rank (every client that does not report it, plus those
+    that report the same rank) are held as the few clients left out, not as a list.
     """
-    pairs = sorted((group.rank(n, t), t, n) for t in free for n in group.names)
+    levels: dict[int, list[tuple[int, TaskId, list[str] | None, frozenset[str]]]] = {}
+    everyone = len(group.names)
+    for task in free:
+        known = group.known_ranks(task)
+        default = group.default_rank(task)
+        others = everyone - len(known)
+        by_rank: dict[int, list[str]] = {}
+        for name, rank in known.items():
+            by_rank.setdefault(rank, []).append(name)
+        for rank, holders in by_rank.items():
+            if not (rank == default and others):
+                levels.setdefault(rank, []).append((len(holders), task, holders, frozenset()))
+        if others:
+            left_out = frozenset(n for n, rank in known.items() if rank != default)
+            levels.setdefault(default, []).append((everyone - len(left_out), task, None, left_out))
     placed: set[TaskId] = set()
-    for _rank, level in groupby(pairs, key=lambda p: p[0]):
-        candidates: dict[TaskId, list[str]] = {}
-        for _, task, name in level:
-            candidates.setdefault(task, []).append(name)
-        for task in sorted(candidates, key=lambda t: (len(candidates[t]), t)):
+    for rank in sorted(levels):
+        for _size, task, names, left_out in sorted(levels[rank], key=lambda c: (c[0], c[1])):
             if task in placed:
                 continue
-            chosen = slots.least_loaded(candidates[task])
+            if names is None:
+                chosen = slots.least_loaded_except(left_out)
+            else:
+                chosen = slots.least_loaded(names)
             if chosen is not None:
                 slots.take(chosen, task)
                 placed.add(task)
@@ -332,7 +290,7 @@ def _place_by_lag(free: Sequence[TaskId], group: _Group, slots: _Slots) -> None:
 def _guard_recovery(
     tasks: Sequence[TaskId],
     ideal: Mapping[TaskId, str],
-    group: _Group,
+    group: Standing,
     owners: Mapping[TaskId, str],
     config: PlannerConfig,
 ) -> tuple[dict[TaskId, str], dict[TaskId, str]]:
@@ -341,8 +299,11 @@ def _guard_recovery(
     warmup: dict[TaskId, str] = {}
     if config.max_warmup_replicas == 0:
         return active, warmup
-    caught_up = {t: group.caught_up_clients(t) for t in tasks}
-    moves = [t for t in tasks if caught_up[t] and not group.caught_up(ideal[t], t)]
+    caught_up: dict[TaskId, list[str]] = {}
+    for task in tasks:
+        if not group.caught_up(ideal[task], task):
+            caught_up[task] = group.caught_up_clients(task)
+    moves = [t for t in caught_up if caught_up[t]]
     moves.sort(key=lambda t: (len(caught_up[t]), t))
     load = {name: 0 for name in group.names}
     for name in ideal.values():
@@ -370,35 +331,37 @@ def _place_standbys(
     tasks: Sequence[TaskId],
     active: Mapping[TaskId, str],
     warmup: Mapping[TaskId, str],
-    group: _Group,
+    group: Standing,
     replicas: int,
 ) -> dict[TaskId, list[str]]:
-    """Step d: task -> its standby clients."""
+    """Step d: task -> its standby clients.
+
+    Least behind first (least to restore on failover; caught-up clients rank equal, so
+    the standby load is balanced among them), then fewest standbys, then key. Of the
+    clients that do not report a task (all of one rank) only the ``replicas`` with the
+    fewest standbys can be chosen, so only they are compared with the reporters.
+    """
     standby: dict[TaskId, list[str]] = {}
     if replicas <= 0:
         return standby
-    count = {name: 0 for name in group.names}
+    count = LoadOrder(group.names)
     for task in tasks:
         if task in group.stateless:
             continue
-        taken = {active[task], warmup.get(task)}
-        eligible = [n for n in group.names if n not in taken]
-        standby[task] = _standby_order(task, eligible, group, count)[:replicas]
+        taken = {active[task], *([warmup[task]] if task in warmup else [])}
+        known = group.known_ranks(task)
+        order = [(r, count.load(n), n) for n, r in known.items() if n not in taken]
+        default = group.default_rank(task)
+        for name in count.smallest(replicas, skip={*taken, *known}):
+            order.append((default, count.load(name), name))
+        standby[task] = [name for _, _, name in sorted(order)[:replicas]]
         for name in standby[task]:
-            count[name] += 1
+            count.bump(name)
     return standby
 
 
-def _standby_order(
-    task: TaskId, eligible: Iterable[str], group: _Group, count: Mapping[str, int]
-) -> list[str]:
-    """Least behind first (least to restore on failover; caught-up clients rank equal, so
-    the standby load is balanced among them), then fewest standbys, then key."""
-    return sorted(eligible, key=lambda n: (group.rank(n, task), count[n], n))
-
-
 def _withhold_moves(
-    active: dict[TaskId, str], standby: dict[TaskId, list[str]], group: _Group
+    active: dict[TaskId, str], standby: dict[TaskId, list[str]], group: Standing
 ) -> dict[TaskId, str]:
     """Step f: take every move to a new owner out of ``active`` (in place), give the
     intended owner a standby of it when stateful, and return task -> intended owner."""

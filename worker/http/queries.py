@@ -4,8 +4,9 @@
 hands it: the topology (stores, their serdes, their sub-topologies) and a callable
 returning the latest :class:`~worker.runtime.status.Status`, which the processing thread
 publishes. From the snapshot it takes the local tasks (kind, state, stores, offsets,
-lag, unavailable seconds by cause), the latest assignment's host maps, this instance's
-endpoint and the number of tasks per sub-topology. It never touches the task manager:
+lag, unavailable seconds by cause), the latest assignment's host maps (from the group's
+directory when the assignment named one instead: :mod:`worker.http.directory`), this
+instance's endpoint and the number of tasks per sub-topology. It never touches the task manager:
 the only live objects it uses are stores, through ``Store.get_committed``, which is safe
 against the processing thread closing the store at any moment (it raises
 ``StoreClosedError`` then).
@@ -41,11 +42,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from worker.assignment.model import encode_routing
 from worker.assignment.task_id import TaskId
+from worker.http.directory import RoutingDirectory
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.partitioner import partition_for
 from worker.processing.topology import BuiltTopology, StoreSpec, Subtopology
-from worker.runtime.status import Status, StoreStatus, TaskStatus
+from worker.runtime.status import Routing, Status, StoreStatus, TaskStatus
 from worker.serde import SerdeError
 from worker.state.store import StoreClosedError
 
@@ -58,7 +61,8 @@ ENDPOINT_HEADER = "X-Worker-Endpoint"
 
 @dataclass(frozen=True)
 class Reply:
-    """An HTTP answer: status code, a JSON-ready body and extra headers."""
+    """An HTTP answer: status code, a JSON-ready body (or bytes, sent as they are) and
+    extra headers."""
 
     status: int
     body: Any
@@ -99,8 +103,14 @@ Read = Callable[[TaskId, TaskStatus, bool], "Reply | None"]
 class QueryRouter:
     """Answers key lookups and ``/tasks`` from the status snapshot (see the module doc)."""
 
-    def __init__(self, topology: BuiltTopology, status: Callable[[], Status]) -> None:
+    def __init__(
+        self,
+        topology: BuiltTopology,
+        status: Callable[[], Status],
+        directory: RoutingDirectory | None = None,
+    ) -> None:
         self._status = status
+        self._directory = directory if directory is not None else RoutingDirectory()
         self._stores: dict[str, tuple[Subtopology, StoreSpec]] = {
             spec.name: (st, spec) for st in topology.subtopologies for spec in st.stores
         }
@@ -154,48 +164,72 @@ class QueryRouter:
         task_id = self.owner(query.store, query.key, status)
         if task_id is None:
             return unavailable(query, "the number of tasks is not known yet (starting)")
-        return route(query, task_id, status, functools.partial(_read, query))
+        return self.route(query, task_id, status, functools.partial(_read, query))
+
+    def route(self, query: Routed, task_id: TaskId, status: Status, read: Read) -> Reply | None:
+        """Steps 3-6 of the module doc for the task ``task_id`` (a key's owner, or a
+        partition a range query asks for); ``read`` answers from a local copy, None if it
+        closed."""
+        local = status.task(task_id)
+        if local is not None and local.kind == "active" and local.state == "running":
+            return read(task_id, local, False)
+        if query.allow_stale and local is not None and store_of(local, query.store):
+            return read(task_id, local, True)
+        routing = self.routing(status)
+        target = routing.active_host(task_id)
+        if target is None and query.allow_stale:
+            target = next(
+                (h for h in routing.standby_hosts_of(task_id) if h != routing.endpoint), None
+            )
+        if target is not None and target != routing.endpoint:
+            return redirect(query, task_id, target)
+        if local is not None:
+            why = f"task {task_id} is {local.kind} and {local.state} here"
+        elif target == routing.endpoint:
+            why = f"task {task_id} was just assigned here and is not open yet"
+        elif not routing.active_hosts and routing.directory:
+            why = f"the routing map of generation {routing.generation} is not available yet"
+        else:
+            why = f"no instance hosts task {task_id} yet (state {status.state.value})"
+        return unavailable(query, why, task_id)
+
+    def routing(self, status: Status) -> Routing:
+        """The snapshot's routing, its host maps fetched from the directory when needed."""
+        return self._directory.resolve(status.routing)
 
     # -- GET /tasks ------------------------------------------------------------------
 
     def tasks(self) -> Reply:
         """This instance's tasks, and the latest assignment's routing metadata."""
         status = self._status()
-        routing = status.routing
+        routing = self._directory.resolve(status.routing)
         return Reply(
             200,
             {
                 "endpoint": routing.endpoint,
                 "state": status.state.value,
                 "generation": routing.generation,
+                "directory": routing.directory,
                 "tasks": [_task_json(t) for t in status.tasks],
                 "active_hosts": _hosts_json(routing.active_hosts),
                 "standby_hosts": _hosts_json(routing.standby_hosts),
             },
         )
 
+    # -- GET /routing ----------------------------------------------------------------
 
-def route(query: Routed, task_id: TaskId, status: Status, read: Read) -> Reply | None:
-    """Steps 3-6 of the module doc for the task ``task_id`` (a key's owner, or a partition
-    asked for by a range query); ``read`` answers from a local copy, None if it closed."""
-    local = status.task(task_id)
-    if local is not None and local.kind == "active" and local.state == "running":
-        return read(task_id, local, False)
-    if query.allow_stale and local is not None and store_of(local, query.store):
-        return read(task_id, local, True)
-    routing = status.routing
-    target = routing.active_host(task_id)
-    if target is None and query.allow_stale:
-        target = next((h for h in routing.standby_hosts_of(task_id) if h != routing.endpoint), None)
-    if target is not None and target != routing.endpoint:
-        return redirect(query, task_id, target)
-    if local is not None:
-        why = f"task {task_id} is {local.kind} and {local.state} here"
-    elif target == routing.endpoint:
-        why = f"task {task_id} was just assigned here and is not open yet"
-    else:
-        why = f"no instance hosts task {task_id} yet (state {status.state.value})"
-    return unavailable(query, why, task_id)
+    def routing_map(self) -> Reply:
+        """The group's routing map in the compact binary format, when this instance holds
+        it (it is the directory, or the group runs user data version 1); else 404."""
+        routing = self._status().routing
+        if not (routing.active_hosts or routing.standby_hosts):
+            return Reply(
+                404,
+                {"error": "no routing map here", "directory": routing.directory},
+            )
+        return Reply(
+            200, encode_routing(routing.generation, routing.active_hosts, routing.standby_hosts)
+        )
 
 
 def store_of(task: TaskStatus, name: str) -> StoreStatus | None:

@@ -12,7 +12,7 @@ Routing. A key lives in one partition, a range in all of them, so a range is ans
 **per partition** (no fan-out between instances: one instance never waits on another):
 
 - ``partition=N``: the partition's task is routed exactly like a key's owner
-  (``queries.route``: read here, a local copy with ``allow_stale``, a 307 to the
+  (``QueryRouter.route``: read here, a local copy with ``allow_stale``, a 307 to the
   instance hosting it, or a 503);
 - no ``partition``: this instance answers from every partition whose active task runs
   here, merged in key order, and names the others in ``elsewhere`` (partition ->
@@ -42,7 +42,6 @@ from worker.http.queries import (
     TASK_HEADER,
     QueryRouter,
     Reply,
-    route,
     store_of,
     unavailable,
 )
@@ -112,16 +111,18 @@ class RangeQueries:
             if query.partition >= tasks:
                 return Reply(400, {"error": f"partition {query.partition} >= {tasks} partitions"})
             task_id = TaskId(query.subtopology.id, query.partition)
-            return route(query, task_id, status, functools.partial(_read_one, query))
+            return self._router.route(query, task_id, status, functools.partial(_read_one, query))
         here: list[tuple[TaskId, TaskStatus]] = []
-        elsewhere: dict[str, str | None] = {}
+        away: list[TaskId] = []
         for partition in range(tasks):
             task_id = TaskId(query.subtopology.id, partition)
             local = status.task(task_id)
             if local is not None and local.kind == "active" and local.state == "running":
                 here.append((task_id, local))
             else:
-                elsewhere[str(partition)] = status.routing.active_host(task_id)
+                away.append(task_id)
+        routing = self._router.routing(status) if away else status.routing
+        elsewhere = {str(t.partition): routing.active_host(t) for t in away}
         return _read_merged(query, here, elsewhere)
 
 

@@ -15,12 +15,15 @@
 ``GET /tasks``                       this instance's tasks (kind, state, offsets, lag,
                                      unavailable seconds by cause) and the latest
                                      assignment's host maps
+``GET /routing``                     the group's routing map (binary), on the instance
+                                     that holds it (:mod:`worker.http.directory`)
 ===================================  ==================================================
 
 Runs in daemon threads with the standard library server: the endpoints are cheap, and
 the only shared data is the immutable status snapshot the processing loop publishes (and
 the stores in it, read through their thread-safe ``get_committed``). Every answer but
-``/metrics`` is JSON; errors are ``{"error": "..."}`` with a 4xx or 5xx code.
+``/metrics`` and ``/routing`` is JSON; errors are ``{"error": "..."}`` with a 4xx or 5xx
+code.
 """
 
 from __future__ import annotations
@@ -117,6 +120,8 @@ class HttpServer:
         segments = path.split("/")
         if self._queries is not None and path == "/tasks":
             return self._queries.tasks()
+        if self._queries is not None and path == "/routing":
+            return self._queries.routing_map()
         if self._queries is not None and len(segments) >= 2 and segments[1] == "stores":
             origin = path + (f"?{parts.query}" if parts.query else "")  # kept for redirects
             return self._store_query(segments, parts.query, origin)
@@ -162,7 +167,10 @@ class HttpServer:
                 except Exception as exc:  # a bug: answer, log, keep serving
                     _log.exception("http.error", path=self.path)
                     reply = Reply(500, {"error": f"internal error: {type(exc).__name__}"})
-                self._json(reply.status, reply.body, reply.headers)
+                if isinstance(reply.body, bytes):
+                    self._send(reply.status, reply.body, "application/octet-stream", reply.headers)
+                else:
+                    self._json(reply.status, reply.body, reply.headers)
 
             def _json(self, code: int, body: object, headers: Mapping[str, str]) -> None:
                 self._send(code, orjson.dumps(body), "application/json", headers)

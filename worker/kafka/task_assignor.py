@@ -28,16 +28,24 @@ The leader's round, in order (reference/kafka-streams-state.md §4.4-4.5):
    them; a new leader has none and plans afresh).
 4. Per member: actives (whose source partitions are the member's assigned partitions,
    so a withheld task's partitions go to nobody this round), standbys (including the
-   interim standby of a withheld task on its intended owner), warmups, the group's host
-   maps (standby hosts include warmups), and ``next_probe_ms`` for exactly one member
-   (the lowest client key) when warmups need a probing rebalance, so the group probes
-   once, not once per member. ``membership.assign`` logs the withheld moves.
+   interim standby of a withheld task on its intended owner), warmups, the pending
+   moves that concern it (:func:`_moves_of`), and ``next_probe_ms`` for exactly one
+   member (the lowest client key) when warmups need a probing rebalance, so the group
+   probes once, not once per member. The group's host maps (standby hosts include
+   warmups) go, in version 1, into every assignment; in version 2 only into the
+   directory's (the lowest client key with an endpoint), and every assignment names
+   the directory's endpoint. ``membership.assign`` logs the withheld moves.
+
+Versions (:mod:`worker.assignment.model`): the leader writes every assignment in the
+lowest version the members read (an undecodable subscription counts as version 1), and
+this member writes its subscriptions in the version of the last assignment it got.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor, RebalanceProtocol
@@ -47,7 +55,15 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from worker.assignment import lags, planner
-from worker.assignment.model import NO_PROBE, Assignment, Subscription, UserDataError
+from worker.assignment.model import (
+    ASSIGNMENT_VERSION,
+    JSON_VERSION,
+    NO_PROBE,
+    Assignment,
+    Subscription,
+    UserDataError,
+    user_data_version,
+)
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
 from worker.events import MEMBERSHIP_ASSIGN
@@ -92,6 +108,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._subscription = b""
         self._received: Assignment | UserDataError | None = None
         self._pending_moves: Mapping[TaskId, str] = {}
+        self._version = JSON_VERSION  # of the last assignment received; guarded by _lock
 
     def supported_protocols(self) -> list[RebalanceProtocol]:
         """Cooperative only (KIP-429): the plan withholds every task that changes owner
@@ -100,11 +117,14 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         return [RebalanceProtocol.COOPERATIVE]
 
     def set_subscription(self, subscription: Subscription) -> None:
-        """The user data of the next JoinGroup, encoded on the member's thread.
+        """The user data of the next JoinGroup, encoded on the member's thread, in the
+        version of the last assignment received (version 1 before any).
 
         Building it there keeps the runtime's state (stores, checkpoints) off the IO thread.
         """
-        self._subscription = subscription.encode()
+        with self._lock:
+            version = self._version
+        self._subscription = subscription.encode(version)
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolSubscription:
         """Every JoinGroup (IO thread): our topics plus the prepared user data."""
@@ -112,14 +132,15 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
         """After SyncGroup (IO thread): decode and park for :meth:`take`; never raises."""
+        data = bytes(assignment.user_data or b"")
         try:
-            received: Assignment | UserDataError = Assignment.decode(
-                bytes(assignment.user_data or b""), generation
-            )
+            received: Assignment | UserDataError = Assignment.decode(data, generation)
         except UserDataError as exc:
             received = exc
         with self._lock:
             self._received = received
+            if not isinstance(received, UserDataError):
+                self._version = user_data_version(data)
 
     def take(self) -> Assignment | None:
         """The assignment received since the last call, if any; raises if it was undecodable."""
@@ -143,6 +164,9 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         active_hosts = _hosts(result.active, subscriptions, keys)
         standby_hosts = _hosts(_merge(result.standby, result.warmup), subscriptions, keys)
         prober = min(keys.values(), default="")
+        version = min((s.latest_supported for s in subscriptions.values()), default=JSON_VERSION)
+        version = min(version, ASSIGNMENT_VERSION)
+        directory = _directory(subscriptions, keys) if version > JSON_VERSION else None
         self._pending_moves = result.pending_moves
         self._log.info(
             MEMBERSHIP_ASSIGN,
@@ -151,21 +175,24 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             standbys=sum(map(len, result.standby.values())),
             warmups=sum(map(len, result.warmup.values())),
             next_probe_ms=result.next_probe_ms,
+            version=version,
             pending_moves=len(result.pending_moves),
             moves=[f"{task}->{key}" for task, key in sorted(result.pending_moves.items())],
         )
         assignments = {}
-        for member in subscriptions:
+        for member, sub in subscriptions.items():
             key = keys[member]
+            routed = directory is None or member == directory
             user_data = Assignment(
                 result.active[key],
                 result.standby[key],
                 result.warmup[key],
-                active_hosts,
-                standby_hosts,
+                active_hosts if routed else {},
+                standby_hosts if routed else {},
                 result.next_probe_ms if key == prober else NO_PROBE,
-                pending_moves=result.pending_moves,
-            ).encode()
+                pending_moves=_moves_of(key, sub, result.pending_moves),
+                directory=subscriptions[directory].endpoint if directory is not None else "",
+            ).encode(version)
             owned = self._partitions(result.active[key], partitions)
             assignments[member] = ConsumerProtocolAssignment(self.version, owned, user_data)
         return assignments
@@ -178,7 +205,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         ends = self._fetch_end_offsets(per_task)
         lag = lags.task_lags(tasks, per_task, ends, subscriptions)
         clients = {
-            key: planner.ClientState(key, sub.prev_active, sub.prev_standby, lag[key])
+            key: planner.ClientState(key, sub.prev_active, sub.prev_standby, lag.reported[key])
             for key, sub in subscriptions.items()
         }
         stateless = frozenset(t for t, parts in per_task.items() if not parts)
@@ -190,6 +217,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             now_ms,
             stateless,
             _moves(self._pending_moves, subscriptions),
+            lag.unreported,
         )
 
     def _fetch_end_offsets(self, per_task: Mapping[TaskId, Sequence[TP]]) -> dict[TP, int]:
@@ -250,7 +278,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             self._log.warning(
                 "membership.subscription_undecodable", member_id=member_id, error=str(exc)
             )
-            return Subscription.empty(process_id=member_id)
+            return replace(Subscription.empty(process_id=member_id), latest_supported=JSON_VERSION)
 
 
 def _moves(
@@ -267,6 +295,27 @@ def _moves(
         for task, target in subscriptions[key].pending_moves.items():
             moves.setdefault(task, target)
     return moves
+
+
+def _moves_of(
+    key: str, subscription: Subscription, moves: Mapping[TaskId, str]
+) -> dict[TaskId, str]:
+    """The moves one member is told of: those it is the target of, and those of tasks it
+    runs now. Its echo then keeps every move a surviving party knows about (a move whose
+    target and previous owner both left is moot), and no assignment grows with the
+    group's moves."""
+    return {
+        task: target
+        for task, target in moves.items()
+        if target == key or task in subscription.prev_active
+    }
+
+
+def _directory(subscriptions: Mapping[str, Subscription], keys: Mapping[str, str]) -> str | None:
+    """The member whose assignment carries the routing map: the lowest client key among
+    those with an endpoint (None when no member has one)."""
+    reachable = [m for m, sub in subscriptions.items() if sub.endpoint]
+    return min(reachable, key=lambda m: keys[m], default=None)
 
 
 def _client_keys(subscriptions: Mapping[str, Subscription]) -> dict[str, str]:

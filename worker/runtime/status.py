@@ -97,8 +97,11 @@ class Routing:
     ``endpoint`` is how other instances reach this one (``application.server``, else
     ``http.host`` and the port the HTTP server really bound). ``active_hosts`` and
     ``standby_hosts`` (warmups included) map each instance's endpoint to its tasks, from
-    the latest assignment (``generation``). ``partitions`` is the number of tasks of each
-    sub-topology, known once the topics have been checked at start-up.
+    the latest assignment (``generation``); when it carried none (user data version 2
+    on any member but the directory) they are empty and ``directory`` names the
+    endpoint that serves them (:mod:`worker.http.directory`). ``partitions`` is the
+    number of tasks of each sub-topology, known once the topics have been checked at
+    start-up.
     """
 
     endpoint: str = ""
@@ -106,24 +109,19 @@ class Routing:
     standby_hosts: Mapping[str, frozenset[TaskId]] = field(default_factory=dict)
     generation: int = -1
     partitions: Mapping[int, int] = field(default_factory=dict)
+    directory: str = ""
 
     def with_assignment(self, assignment: Assignment) -> Routing:
-        return Routing(
-            self.endpoint,
-            _frozen_hosts(assignment.active_hosts),
-            _frozen_hosts(assignment.standby_hosts),
-            assignment.generation,
-            self.partitions,
+        return replace(
+            self,
+            active_hosts=_frozen_hosts(assignment.active_hosts),
+            standby_hosts=_frozen_hosts(assignment.standby_hosts),
+            generation=assignment.generation,
+            directory=assignment.directory,
         )
 
     def with_partitions(self, partitions: Mapping[int, int]) -> Routing:
-        return Routing(
-            self.endpoint,
-            self.active_hosts,
-            self.standby_hosts,
-            self.generation,
-            MappingProxyType(dict(partitions)),
-        )
+        return replace(self, partitions=MappingProxyType(dict(partitions)))
 
     def active_host(self, task_id: TaskId) -> str | None:
         """The endpoint the latest assignment gave ``task_id``'s active to, if any."""

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from worker.assignment.lags import changelog_partitions, task_lags
+from collections.abc import Iterable, Mapping, Sequence
+
+from worker.assignment import lags
+from worker.assignment.lags import TaskLags, changelog_partitions
 from worker.assignment.model import LATEST_OFFSET, Subscription
-from worker.assignment.task_id import TaskId
+from worker.assignment.task_id import TP, TaskId
 
 T = TaskId
 PARTS = {T(0, 0): (("c1", 0), ("c2", 0)), T(0, 1): (("c1", 1), ("c2", 1))}
+
+
+def task_lags(
+    tasks: Iterable[TaskId],
+    parts: Mapping[TaskId, Sequence[TP]],
+    ends: Mapping[TP, int],
+    clients: Mapping[str, Subscription],
+) -> dict[str, dict[TaskId, int]]:
+    """Every client's lag on every task, as a table (what :func:`lags.task_lags` spares)."""
+    wanted = list(tasks)
+    found: TaskLags[str] = lags.task_lags(wanted, parts, ends, clients)
+    return {key: {t: found.of(key, t) for t in wanted} for key in clients}
 
 
 def _sub(sums: dict[TaskId, int], active: frozenset[TaskId] = frozenset()) -> Subscription:
@@ -78,3 +93,11 @@ def test_every_client_gets_a_lag_for_every_task() -> None:
     ends = {tp: 10 for parts in PARTS.values() for tp in parts}
     lags = task_lags(list(PARTS), PARTS, ends, {"a": _sub({}), "b": _sub({T(0, 1): 5})})
     assert lags == {"a": {T(0, 0): 20, T(0, 1): 20}, "b": {T(0, 0): 20, T(0, 1): 15}}
+
+
+def test_only_reported_and_running_tasks_are_listed_per_client() -> None:
+    ends = {tp: 10 for parts in PARTS.values() for tp in parts}
+    clients = {"a": _sub({}), "b": _sub({T(0, 1): 5}, frozenset({T(0, 0)}))}
+    found = lags.task_lags(list(PARTS), PARTS, ends, clients)
+    assert found.reported == {"a": {}, "b": {T(0, 0): 0, T(0, 1): 15}}
+    assert found.unreported == {T(0, 0): 20, T(0, 1): 20}

@@ -21,6 +21,7 @@ from worker.assignment.model import (
     MalformedUserData,
     Subscription,
     UnsupportedVersion,
+    user_data_version,
 )
 from worker.assignment.planner import PlannerConfig
 from worker.assignment.task_id import TP, TaskId
@@ -128,13 +129,47 @@ def test_each_member_owns_exactly_its_active_tasks_source_partitions() -> None:
     assert all_tasks == _all_tasks()
 
 
-def test_every_member_gets_the_whole_host_map() -> None:
-    result = _assign([_member("m1", _sub("p1", 1)), _member("m2", _sub("p2", 2))])
-    maps = {member: assignment.active_hosts for member, (_, assignment) in result.items()}
-    assert maps["m1"] == maps["m2"]
-    assert maps["m1"]["h:1"] == result["m1"][1].active
-    assert maps["m1"]["h:2"] == result["m2"][1].active
-    assert result["m1"][1].next_probe_ms == -1
+def _old_member_sub(process: str, port: int) -> bytes:
+    """What a worker that reads only version 1 subscribes with."""
+    raw = orjson.loads(Subscription(process, f"h:{port}", {}, frozenset(), frozenset()).encode(1))
+    return orjson.dumps({**raw, "latest_supported": 1})
+
+
+def test_with_every_member_on_version_2_only_the_directory_carries_the_host_map() -> None:
+    result = _assign([_member("m2", _sub("p2", 2)), _member("m1", _sub("p1", 1))])
+    directory, other = result["m1"][1], result["m2"][1]
+    assert directory.active_hosts == {"h:1": directory.active, "h:2": other.active}
+    assert other.active_hosts == other.standby_hosts == {}
+    assert directory.directory == other.directory == "h:1"
+    assert directory.next_probe_ms == -1
+
+
+def test_while_one_member_reads_only_version_1_every_member_gets_the_whole_host_map() -> None:
+    cluster = FakeCluster({"a": 4, "b": 4, "c": 4})
+    members = [_member("m1", _sub("p1", 1)), _member("m2", _old_member_sub("p2", 2))]
+    result = TaskAssignor(SOURCES, PlannerConfig()).assign(cluster, members)
+    for protocol in result.values():
+        assert user_data_version(bytes(protocol.user_data)) == 1
+        assignment = Assignment.decode(bytes(protocol.user_data))
+        assert set(assignment.active_hosts) == {"h:1", "h:2"}
+        assert assignment.directory == ""
+
+
+def test_subscriptions_follow_the_version_of_the_last_assignment_received() -> None:
+    assignor = TaskAssignor(SOURCES, PlannerConfig())
+    subscription = Subscription("p1", "h:1", {T(0, 0): 5}, frozenset(), frozenset())
+
+    def sent_version() -> int:
+        assignor.set_subscription(subscription)
+        return user_data_version(bytes(assignor.metadata({"a"}).user_data))
+
+    assert sent_version() == 1  # any leader, old or new, reads it
+    for version in (2, 1, 2):
+        encoded = Assignment.empty().encode(version)
+        assignor.on_assignment(ConsumerProtocolAssignment(0, [], encoded), version)
+        assert sent_version() == version
+    assignor.on_assignment(ConsumerProtocolAssignment(0, [], b"garbage"), 9)
+    assert sent_version() == 2, "an unreadable assignment teaches nothing"
 
 
 def test_previous_actives_in_the_subscriptions_are_kept() -> None:
@@ -196,7 +231,8 @@ def test_a_received_assignment_is_taken_once_with_its_generation() -> None:
 @pytest.mark.parametrize(
     ("user_data", "error"),
     [
-        (orjson.dumps({"version": 2}), UnsupportedVersion),
+        (orjson.dumps({"version": 3}), UnsupportedVersion),
+        (b"\xb7\x03", UnsupportedVersion),
         (b"\xff", MalformedUserData),
     ],
 )
@@ -342,7 +378,7 @@ def test_a_task_changing_owner_is_withheld_for_a_round_and_its_partitions_go_to_
     # The intended owner tails them as standbys meanwhile; no warmup is needed.
     assert withheld <= second.standby
     assert second.warmup == frozenset()
-    assert first.active_hosts == {"h:1": first.active, "h:2": frozenset()}
+    assert first.active_hosts == {"h:1": first.active}  # the directory's; h:2 runs nothing
     (event,) = [e for e in logs if e["event"] == MEMBERSHIP_ASSIGN]
     assert event["pending_moves"] == 4
     assert event["moves"] == [f"{task}->p2" for task in sorted(withheld)]
@@ -391,3 +427,18 @@ def test_every_member_learns_the_moves_under_way_and_a_new_leader_finishes_them(
     assert result["m2"][1].active == _all_tasks() - kept
     assert result["m1"][1].active == kept
     assert result["m2"][1].pending_moves == {}
+
+
+def test_a_member_is_told_only_the_moves_it_takes_part_in() -> None:
+    sums = dict.fromkeys(_all_tasks(), 1_000_000)
+    members = [
+        _member("m1", _sub("p1", 1, _all_tasks(), sums=sums)),
+        _member("m2", _sub("p2", 2, sums=sums)),
+        _member("m3", _sub("p3", 3)),
+    ]
+    result = _assign(members, assignor=_ha_assignor(EndOffsets(_ends(1_000_000))))
+    moves = {**result["m1"][1].pending_moves}
+    assert moves and set(moves.values()) <= {"p2", "p3"}
+    for member, process in (("m2", "p2"), ("m3", "p3")):
+        mine = {t: target for t, target in moves.items() if target == process}
+        assert result[member][1].pending_moves == mine
