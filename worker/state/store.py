@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final, Protocol, Self, cast
 
@@ -41,7 +41,6 @@ from worker.state.read_cache import ReadCache
 from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, rocksdb_errors
-from worker.state.scan import KeyRange, Scan, check_limit, key_range, prefix_range
 from worker.state.store_format import (
     OFFSETS_FAMILY,
     encode_offset,
@@ -49,7 +48,7 @@ from worker.state.store_format import (
     load_metadata,
     offset_key,
 )
-from worker.state.store_scans import OpenScans, read_range
+from worker.state.store_scans import OpenScans, Scannable
 from worker.state.write_buffer import WriteBuffer
 
 __all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
@@ -71,7 +70,7 @@ class RestoreBatch(Protocol):
     def is_empty(self) -> bool: ...
 
 
-class Store:
+class Store(Scannable):
     """A RocksDB store with a read-your-writes buffer and atomic (data, offsets) commits.
 
     Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
@@ -371,49 +370,6 @@ class Store:
             return db.get(key)  # type: ignore[no-any-return]
         except Exception as exc:
             reraise(self.path, exc)
-
-    def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every committed (key, value) of the data family, in key order; never offsets.
-        Raises StoreCorrupted while iterating if a block is unreadable (see :meth:`scan`).
-        """
-        return self._scans.open(self._require_open(), {}, KeyRange(), False, None)
-
-    def scan(
-        self,
-        lo: bytes | None = None,
-        hi: bytes | None = None,
-        *,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Scan:
-        """The pairs of ``[lo, hi)`` in key order, this task's buffered writes merged with
-        RocksDB (``scan.py``). Open until closed, the next commit or the store's close.
-        Owner thread only.
-
-        Raises:
-            ScanRangeError: ``lo > hi``, a bound that is not bytes, a bad limit.
-            StoreCorrupted: while iterating, an unreadable block (the cursor's status is
-                checked at the end: rocksdict ends silently on a checksum error).
-        """
-        return self._open_scan(key_range(lo, hi), reverse, limit)
-
-    def scan_prefix(
-        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
-    ) -> Scan:
-        """The pairs whose key starts with ``prefix``, as :meth:`scan`."""
-        return self._open_scan(prefix_range(prefix), reverse, limit)
-
-    def _open_scan(self, found: KeyRange, reverse: bool, limit: int | None) -> Scan:
-        check_limit(limit)
-        return self._scans.open(self._require_open(), self._buffer.entries, found, reverse, limit)
-
-    def read_committed_range(
-        self, found: KeyRange, *, reverse: bool = False, limit: int | None = None
-    ) -> list[tuple[bytes, bytes]]:
-        """The committed pairs of ``found``, at most ``limit`` (interactive queries).
-        Thread-safe like :meth:`get_committed`."""
-        with self._close_lock:
-            return read_range(self._require_open(), self.path, found, reverse, limit)
 
     def approximate_num_keys(self) -> int:
         """RocksDB's estimate of keys in the data family (for tools)."""

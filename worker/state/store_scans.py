@@ -1,4 +1,4 @@
-"""A store's open scans: RocksDB cursors made for ``scan.py``, registered until closed.
+"""A store's scans: RocksDB cursors made for ``scan.py``, registered until closed.
 
 Every scan a processor opens holds a RocksDB iterator, which pins the database (and its
 LOCK file) and the memtables and files it started on. So the store keeps each open scan
@@ -13,14 +13,16 @@ limit) and releases the cursor before it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import rocksdict
 
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import reraise
-from worker.state.scan import Cursor, KeyRange, Scan
+from worker.state.scan import Cursor, KeyRange, Scan, check_limit, key_range, prefix_range
+from worker.state.write_buffer import WriteBuffer
 
 _NOTHING_BUFFERED: Mapping[bytes, bytes | None] = {}
 
@@ -119,3 +121,58 @@ def read_range(
         path, cursor(db, key_range), _NOTHING_BUFFERED, key_range, reverse=reverse, limit=limit
     ) as found:
         return list(found)
+
+
+class Scannable:
+    """The scans of :class:`~worker.state.store.Store`, which provides the attributes below."""
+
+    path: Path
+    _scans: OpenScans
+    _buffer: WriteBuffer
+    _close_lock: threading.Lock
+
+    def _require_open(self) -> rocksdict.Rdict:
+        raise NotImplementedError
+
+    def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every committed (key, value) of the data family, in key order; never offsets.
+        Raises StoreCorrupted while iterating if a block is unreadable (see :meth:`scan`).
+        """
+        return self._scans.open(self._require_open(), {}, KeyRange(), False, None)
+
+    def scan(
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan:
+        """The pairs of ``[lo, hi)`` in key order, this task's buffered writes merged with
+        RocksDB (``scan.py``). Open until closed, the next commit or the store's close.
+        Owner thread only.
+
+        Raises:
+            ScanRangeError: ``lo > hi``, a bound that is not bytes, a bad limit.
+            StoreCorrupted: while iterating, an unreadable block (the cursor's status is
+                checked at the end: rocksdict ends silently on a checksum error).
+        """
+        return self._open_scan(key_range(lo, hi), reverse, limit)
+
+    def scan_prefix(
+        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> Scan:
+        """The pairs whose key starts with ``prefix``, as :meth:`scan`."""
+        return self._open_scan(prefix_range(prefix), reverse, limit)
+
+    def _open_scan(self, found: KeyRange, reverse: bool, limit: int | None) -> Scan:
+        check_limit(limit)
+        return self._scans.open(self._require_open(), self._buffer.entries, found, reverse, limit)
+
+    def read_committed_range(
+        self, found: KeyRange, *, reverse: bool = False, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The committed pairs of ``found``, at most ``limit`` (interactive queries).
+        Thread-safe like ``Store.get_committed``: serialised with the store's close."""
+        with self._close_lock:
+            return read_range(self._require_open(), self.path, found, reverse, limit)
