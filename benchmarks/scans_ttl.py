@@ -28,6 +28,7 @@ from typing import Any
 
 import rocksdict
 
+from benchmarks import plots
 from benchmarks.apps import TTL_MS, TTL_TOPIC
 from benchmarks.harness import (
     RunContext,
@@ -253,8 +254,8 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         ),
         Row("TTL sweep, µs per expired key", per_key_sweep, "sweep + commit", per_key_delete, "delete + commit", "µs"),
         Row(
-            f"TTL store after {p.churn:,} distinct keys, changelog live keys", last.changelog_live,
-            "live keys", p.churn, "keys written", "keys",
+            "TTL store under a churn of distinct keys: changelog live keys", last.changelog_live,
+            "live keys at the end", p.churn, "distinct keys written", "keys",
         ),
     ]  # fmt: skip
     scans = table(
@@ -289,4 +290,10 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         "partitions": PARTITIONS,
         "stored_entries": measured.stored_entries,
     }
-    return Result(NAME, TITLE, rows, [scans, churn], facts=facts)
+    curve = [
+        (s.records, s.changelog_records, s.changelog_live, s.disk_bytes / MiB)
+        for s in measured.churn
+    ]
+    title = f"A TTL store under {p.churn:,} distinct keys"
+    plot = plots.churn(plot_path(NAME), title, curve)
+    return Result(NAME, TITLE, rows, [scans, churn], [plot], facts=facts)
