@@ -223,12 +223,17 @@ class _OffsetBook:
 
     def __init__(self) -> None:
         self.offsets: dict[TP, int] = {}
+        self.metadata: dict[TP, str] = {}
 
-    def commit(self, offsets: Mapping[TP, int]) -> None:
+    def commit(self, offsets: Mapping[TP, int], metadata: Mapping[TP, str] | None = None) -> None:
         self.offsets.update(offsets)
+        self.metadata.update(metadata or {})
 
     def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]:
         return {tp: self.offsets.get(tp) for tp in partitions}
+
+    def committed_with_metadata(self, partitions: Iterable[TP]) -> dict[TP, tuple[int | None, str]]:
+        return {tp: (self.offsets.get(tp), self.metadata.get(tp, "")) for tp in partitions}
 
 
 def _worker_run(

@@ -88,8 +88,8 @@ def start(config: Path | None, sets: tuple[str, ...], state_dir: Path | None, ap
     try:
         loaded = _load_settings(config, sets, state_dir)
         topology = load_topology(app)
-        # Imported now so a name that does not load exits 2; the task resolves it again
-        # (from the module cache) once timestamps are wired into processing.
+        # Imported now so a name that does not load exits 2; each task resolves it again
+        # (from the module cache) when it builds its graph.
         timestamps.resolve(loaded.settings.timestamp_extractor)
     except ConfigError as exc:
         _fail(str(exc), 2)

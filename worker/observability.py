@@ -120,6 +120,15 @@ class Metrics:
                 registry=r,
             )
         )
+        self.task_stream_time = _TaskGauge(
+            Gauge(
+                "worker_task_stream_time_ms",
+                "An active task's stream time (largest record timestamp processed) at its"
+                " last commit",
+                ["task"],
+                registry=r,
+            )
+        )
         self.warmups_caught_up = Counter(
             "worker_warmups_caught_up_total",
             "Warmup tasks that reached acceptable.recovery.lag",

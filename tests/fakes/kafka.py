@@ -70,6 +70,7 @@ class SentRecord:
     value: bytes | None
     headers: Any = None
     offset: int | None = None  # changelog records: the offset the "broker" gave it
+    timestamp: int = 0  # ms; 0: none given (the producer's clock)
 
 
 class FakeCollector:
@@ -94,17 +95,29 @@ class FakeCollector:
         self.before_flush: Callable[[], None] | None = None
         self._unacked: list[tuple[TP, int]] = []
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
-        self.sent.append(SentRecord(topic, None, key, value, headers))
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        self.sent.append(SentRecord(topic, None, key, value, headers, None, timestamp))
 
     def send_changelog(
-        self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        times: Mapping[bytes, int] | None = None,
     ) -> None:
         tp = (topic, partition)
         for key, value in records:
             offset = self.next_offsets.get(tp, 0)
             self.next_offsets[tp] = offset + 1
-            self.changelog.append(SentRecord(topic, partition, key, value, None, offset))
+            stamp = (times or {}).get(key, 0)
+            self.changelog.append(SentRecord(topic, partition, key, value, None, offset, stamp))
             self._unacked.append((tp, offset))
 
     def poll(self) -> None:
@@ -143,19 +156,24 @@ class FakeGroupOffsets:
 
     offsets: dict[TP, int] = field(default_factory=dict)
     commits: list[dict[TP, int]] = field(default_factory=list)
+    metadata: dict[TP, str] = field(default_factory=dict)  # committed with the offsets
     fail_commit: BaseException | None = None
     before_commit: Callable[[Mapping[TP, int]], None] | None = None
 
-    def commit(self, offsets: Mapping[TP, int]) -> None:
+    def commit(self, offsets: Mapping[TP, int], metadata: Mapping[TP, str] | None = None) -> None:
         if self.before_commit is not None:
             self.before_commit(offsets)
         if self.fail_commit is not None:
             raise self.fail_commit
         self.commits.append(dict(offsets))
         self.offsets.update(offsets)
+        self.metadata.update(metadata or {})
 
     def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]:
         return {tp: self.offsets.get(tp) for tp in partitions}
+
+    def committed_with_metadata(self, partitions: Iterable[TP]) -> dict[TP, tuple[int | None, str]]:
+        return {tp: (self.offsets.get(tp), self.metadata.get(tp, "")) for tp in partitions}
 
 
 class _FakeLogs:

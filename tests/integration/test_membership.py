@@ -245,6 +245,22 @@ def test_a_commit_is_read_back_by_committed(group: Group) -> None:
     }
 
 
+def test_a_commit_keeps_or_drops_the_metadata_of_its_offsets(group: Group) -> None:
+    """A task's stream time travels as offset metadata where the broker keeps it. The
+    test broker drops it (docs/platform-notes.md), which is why stores keep a copy: this
+    test notices the day it starts keeping it."""
+    member, recorder = group.join("a")
+    drive([(member, recorder)], lambda: settled([(member, recorder)]), "the member to join")
+    topic = group.source_topics[0][0]
+
+    member.commit({(topic, 0): 42, (topic, 1): 7}, {(topic, 0): "AQAAAYvMDqSA"})
+
+    found = member.committed_with_metadata([(topic, 0), (topic, 1), (topic, 2)])
+    assert found[(topic, 0)] == (42, ""), "the broker now keeps metadata: update the notes"
+    assert found[(topic, 1)] == (7, "")
+    assert found[(topic, 2)] == (None, "")
+
+
 def test_when_a_member_leaves_the_other_keeps_its_tasks_and_gets_every_task(
     group: Group,
 ) -> None:

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from tests.support.kafka_io import fold, read_partition
+from tests.support.transaction_log import read_committed_partition
 from tests.support.waiting import wait_until
 from worker.config import Settings, load
 from worker.dev import history, sample_data
@@ -108,7 +109,7 @@ def test_a_load_writes_keys_values_and_deletes_exactly_as_the_worker_serialises_
         [("a", 1, "x"), ("b", 2, None), ("c", 3, "z")], "k STRING, n LONG, tag STRING"
     )
 
-    result = load_table(df, topic, "k", "tag", settings, value_serde="str")
+    result = load_table(df, topic, "k", "tag", settings, value_serde="str", mode="upsert")
 
     assert result.rows == 3 and result.summary.total_acked == 3
     records = {
@@ -177,7 +178,7 @@ def test_a_load_that_fails_its_checks_is_rejected_and_writes_nothing(spark, boot
     assert records_in(bootstrap, topic) == 0
 
 
-def test_a_failed_write_reports_exactly_what_was_acknowledged(spark, bootstrap):
+def test_a_partition_whose_write_fails_commits_nothing_and_the_load_says_so(spark, bootstrap):
     settings = settings_for(bootstrap)
     topic = new_topic(settings)
     rows = [(f"k{i}", "v") for i in range(1000)] + [("huge", "x" * 2_000_000)]
@@ -186,37 +187,15 @@ def test_a_failed_write_reports_exactly_what_was_acknowledged(spark, bootstrap):
     with pytest.raises(LoadIncomplete) as failed:
         load_table(df, topic, "k", "v", settings, value_serde="str")
 
-    summary = failed.value.summary
-    assert 0 < summary.total_acked < len(rows)
-    assert summary.total_acked == records_in(bootstrap, topic), "acked = what is in the topic"
-    assert "MSG_SIZE_TOO_LARGE" in " ".join(summary.errors)
-    assert f"{summary.total_acked} of {len(rows)} rows acknowledged" in str(failed.value)
-
-
-@pytest.mark.duration(15)
-def test_the_cli_exits_1_on_a_failed_write_and_3_when_rejected(tmp_path, bootstrap):
-    settings = settings_for(bootstrap)
-    topic = new_topic(settings)
-    data = tmp_path / "rows.json"
-    lines = [{"k": f"k{i}", "v": "v"} for i in range(300)] + [{"k": "huge", "v": "x" * 2_000_000}]
-    data.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
-    base = [sys.executable, "-m", "worker", "spark", "load", "table", "--input", str(data)]
-    base += ["--topic", topic, "--key-column", "k", "--value-column", "v", "--value-serde", "str"]
-    base += ["--set", f"bootstrap.servers={bootstrap}"]
-
-    rejected = subprocess.run(
-        [*base, "--partitions", "4"], capture_output=True, text=True, timeout=180
-    )
-    failed = subprocess.run(base, capture_output=True, text=True, timeout=180)
-
-    assert rejected.returncode == 3, rejected.stderr
-    assert "load rejected, nothing written: topic" in rejected.stderr
-    assert "starting Spark" not in rejected.stderr, "the topic is checked before Spark starts"
-    assert rejected.stdout == ""
-    assert failed.returncode == 1, failed.stderr
-    acked = records_in(bootstrap, topic)
-    assert f"load incomplete: {acked} of 301 rows acknowledged" in failed.stderr
-    assert failed.stdout == ""
+    assert "MSG_SIZE_TOO_LARGE" in str(failed.value)
+    assert "1001 records were to be written" in str(failed.value)
+    huge = partition_for(b"huge", 3)
+    committed = [len(read_committed_partition(bootstrap, topic, p)) for p in range(3)]
+    assert committed[huge] == 0, "the failed partition's transaction was aborted whole"
+    for partition in range(3):
+        if partition != huge:  # written by other tasks: all of it, or none of it
+            expected = sum(1 for k, _ in rows if partition_for(k.encode(), 3) == partition)
+            assert committed[partition] in (0, expected)
 
 
 # -- loading while workers run ---------------------------------------------------------------
@@ -315,7 +294,7 @@ def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_
 
     out = run_cli_load(bootstrap, tmp_path / "history")
 
-    assert out.startswith(f"loaded {ROWS} rows into {app.PROFILES} ({ROWS} acknowledged")
+    assert out.startswith(f"loaded {ROWS} rows into {app.PROFILES} ({ROWS} upserts, 0 deletes")
     # Read back until complete: once (CI, a loaded machine) a read right after the load met
     # a partition's EOF before its end and saw 90,000 of the 100,000 rows; lost rows would
     # still fail here, at the deadline.

@@ -164,3 +164,15 @@ class _Reader:
         value = self._data[self._pos : self._pos + size]
         self._pos += size
         return value
+
+
+def high_watermark(
+    bootstrap: str, topic: str, partition: int, known: int = 0, timeout: float = 10.0
+) -> int:
+    """The partition's end as the fetch path reports it, open transactions included.
+
+    ``known``: an offset the partition is known to have reached (the fetch starts there).
+    """
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        return _fetch(sock, 1, topic, partition, known)[0]

@@ -105,23 +105,32 @@ def test_per_record_compares_the_least_cpu_of_each_way_and_splits_the_workers(
     assert result.plots[0].stat().st_size > 0
 
 
-def test_spark_load_rows_are_rates_of_the_same_rows(tmp_path: Path) -> None:
+def test_spark_load_rows_compare_the_snapshot_and_the_export_with_plain_clients(
+    tmp_path: Path,
+) -> None:
     measured = spark_load.Measured(
-        rows=1_000,
-        history_rows=5_000,
-        spark_session_seconds=4.0,
-        job_seconds=2.0,
-        job_check_seconds=1.5,
-        job_write_seconds=0.5,
-        baseline_seconds=0.25,
+        keys=1_000,
+        first_seconds=3.0,
+        snapshot_rows=990,
+        snapshot_seconds=2.0,
+        snapshot_write_seconds=0.5,
+        snapshot_written=110,
+        snapshot_deletes=10,
+        baseline_write_seconds=0.25,
+        export_rows=990,
+        export_seconds=1.0,
+        read_records=1_110,
+        read_seconds=0.5,
         total_seconds=10.0,
     )
 
     result = spark_load.report(measured, plot_path(tmp_path))
 
-    job, write = result.rows
-    assert (job.measured, write.measured, job.baseline) == (500.0, 2_000.0, 4_000.0)
-    assert (job.ratio, write.ratio) == (0.125, 0.5)
-    assert "| Spark session start-up (not in the job's rate) | 4.0 |" in result.details[0]
+    snapshot, written, export = result.rows
+    assert (snapshot.measured, snapshot.baseline) == (495.0, 3_960.0)
+    assert (written.measured, written.baseline) == (110, 990)
+    assert (export.measured, export.baseline) == (990.0, 2_220.0)
+    assert "| snapshot load: writing | 0.5 |" in result.details[0]
+    assert result.facts["upserts"] == 100 and result.facts["tombstones"] == 10
     assert writes_its_template_section(result)
     assert result.plots[0].stat().st_size > 0

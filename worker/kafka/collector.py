@@ -138,8 +138,16 @@ class RecordCollector:
             (changelogs,) if sinks is changelogs else (changelogs, sinks)
         )
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
-        """Write to a sink topic, partitioned by murmur2(key).
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        """Write to a sink topic, partitioned by murmur2(key), with ``timestamp`` (ms; 0
+        lets the producer stamp it with its clock) and ``headers`` (None: none).
 
         Once per output record: the producer is called directly with positional
         arguments, its delivery report going to the producer's default callback
@@ -151,25 +159,36 @@ class RecordCollector:
         """
         producer = self._sinks
         try:
-            if headers:
-                producer.produce(topic, value, key, headers=headers)
-            else:
-                producer.produce(topic, value, key)  # positional: no kwargs to parse
+            # Positional (no kwargs to parse): topic, value, key, partition (-1: the
+            # partitioner's choice), callback, on_delivery (None: the default), timestamp,
+            # headers.
+            producer.produce(topic, value, key, -1, None, None, timestamp, headers)
         except (BufferError, ck.KafkaException):
-            self._produce(producer, topic, key, value, None, headers, None)
+            self._produce(producer, topic, key, value, None, timestamp, headers, None)
 
     def send_changelog(
-        self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        times: Mapping[bytes, int] | None = None,
     ) -> None:
         """Write a store's changes to its changelog partition (the task's own partition),
-        in order; ``None`` values are tombstones. One call per store and commit."""
+        in order; ``None`` values are tombstones. Each record carries the time of its
+        write from ``times`` (0, the producer's clock, where it has none). One call per
+        store and commit."""
         callback = self._changelog_cb
         produce = self._changelogs.produce
+        stamps = times or {}
         for key, value in records:
+            stamp = stamps.get(key, 0)
+            if stamp < 0:
+                stamp = 0
             try:
-                produce(topic, value, key, partition, callback)  # positional, see send()
+                # Positional, see send().
+                produce(topic, value, key, partition, callback, None, stamp)
             except (BufferError, ck.KafkaException):
-                self._produce(self._changelogs, topic, key, value, partition, None, callback)
+                self._produce(self._changelogs, topic, key, value, partition, stamp, None, callback)
 
     def _produce(
         self,
@@ -178,12 +197,15 @@ class RecordCollector:
         key: bytes | None,
         value: bytes | None,
         partition: int | None,
+        timestamp: int,
         headers: Any,
         callback: Any,
     ) -> None:
         kwargs: dict[str, Any] = {} if callback is None else {"on_delivery": callback}
         if partition is not None:
             kwargs["partition"] = partition
+        if timestamp > 0:
+            kwargs["timestamp"] = timestamp
         if headers:
             kwargs["headers"] = headers
         while True:

@@ -226,10 +226,9 @@ class DataConsumer(_PositionedConsumer):
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
-                # Under exactly-once, aborted input (another app's) must never be read.
-                "isolation.level": "read_committed"
-                if settings.exactly_once
-                else "read_uncommitted",
+                # Aborted input must never be read: another app's under exactly-once, and
+                # always a table load's (worker.spark loads each partition in a transaction).
+                "isolation.level": "read_committed",
             }
         )
         super().__init__(config)

@@ -318,8 +318,14 @@ class GroupMember:
         self._rebalance_reason = reason
         self._log.info("membership.rebalance_requested", reason=reason)
 
-    def commit(self, offsets: Mapping[TP, int], timeout_ms: int | None = None) -> None:
-        """Synchronously commit next-offsets-to-consume, fenced by the current generation.
+    def commit(
+        self,
+        offsets: Mapping[TP, int],
+        metadata: Mapping[TP, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Synchronously commit next-offsets-to-consume, each with its ``metadata`` string
+        (the task's stream time), fenced by the current generation.
 
         Raises RebalanceInProgress while the group rebalances (retry once stable; every
         task is still ours), TaskMigrated when the group went on without this member, and
@@ -330,8 +336,10 @@ class GroupMember:
         consumer = self._require()
         if not self.can_commit:
             raise RebalanceInProgress(f"the group member is {self._fsm.state.value}")
+        notes = metadata or {}
         request = {
-            TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()
+            TopicPartition(t, p): OffsetAndMetadata(o, notes.get((t, p), ""), -1)
+            for (t, p), o in offsets.items()
         }
         try:
             consumer.commit(request, timeout_ms=timeout_ms)
@@ -341,7 +349,15 @@ class GroupMember:
     def committed(
         self, partitions: Iterable[TP], timeout_ms: int | None = None
     ) -> dict[TP, int | None]:
-        """The group's committed offsets (None where nothing was committed), in one request.
+        """The group's committed offsets (None where nothing was committed), in one request."""
+        found = self.committed_with_metadata(partitions, timeout_ms)
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    def committed_with_metadata(
+        self, partitions: Iterable[TP], timeout_ms: int | None = None
+    ) -> dict[TP, tuple[int | None, str]]:
+        """The group's committed offsets (None where nothing was committed) and their
+        metadata strings ('' where none), in one request.
 
         Waits at most ``timeout_ms`` (default: the request timeout), then raises
         KafkaUnavailable; kafka-python alone would retry forever without a timeout.
@@ -356,10 +372,11 @@ class GroupMember:
             found = group_coordinator.fetch_committed(consumer, wanted, timeout_ms)
         except kerrors.KafkaError as exc:
             raise group_error(exc) from exc
-        result: dict[TP, int | None] = {}
+        result: dict[TP, tuple[int | None, str]] = {}
         for tp in wanted:
             meta = found.get(tp)
-            result[(tp.topic, tp.partition)] = meta.offset if meta and meta.offset >= 0 else None
+            offset = meta.offset if meta and meta.offset >= 0 else None
+            result[(tp.topic, tp.partition)] = (offset, (meta.metadata or "") if meta else "")
         return result
 
     def close(self, leave: bool = True) -> None:

@@ -1,15 +1,17 @@
 """Writing serialised table records to explicit partitions: the producer behind Spark loads.
 
 A Spark job computes each row's key and value bytes and its partition (murmur2 of the key
-bytes, ``worker.partitioner``, the function the worker itself uses) and hands them to one
-:class:`TableWriter` per Spark partition. The writer is an idempotent producer with
-``acks=all`` writing to the partition it is told, never choosing one itself; ``None`` as
-a value is a delete (a tombstone on the compacted topic).
+bytes, ``worker.partitioner``, the function the worker itself uses) and hands them to
+:func:`write_transactions`: one :class:`TableWriter` per Kafka partition, a
+transactional producer with ``acks=all`` and the partition's stable
+:func:`transactional_id`, writing to the partition it is told, never choosing one
+itself; ``None`` as a value is a delete (a tombstone on the compacted topic). Each
+partition's records commit together or not at all.
 
-It counts what the broker acknowledged, per partition, and nothing else: a record that
-failed, or was still in flight at the flush deadline, is never counted as written. After
-the first failure it stops sending (the rest of the load would only repeat the error) and
-reports the failure with the counts so far.
+It counts what the broker acknowledged and the transaction committed, per partition, and
+nothing else: a record that failed, or was still in flight at the flush deadline, is
+never counted as written. After the first failure it stops sending (the rest of the load
+would only repeat the error) and aborts.
 
 Runs inside Spark's Python workers as well as in the driver: everything it needs comes
 in as a plain librdkafka config dict (:func:`writer_config`), which pickles.
@@ -18,6 +20,7 @@ in as a plain librdkafka config dict (:func:`writer_config`), which pickles.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +113,13 @@ class TableWriteFailed(LoadFailed):
 class TableWriter:
     """One idempotent, acks=all producer writing records to the partitions it is given.
 
+    With a ``transactional.id`` in the config every record goes into one transaction,
+    begun here and committed by :meth:`finish` only if every record was acknowledged
+    (aborted otherwise): read_committed readers then see all of it or none of it, and
+    only committed records are counted as acknowledged. Starting the transaction fences
+    any earlier producer with the same id (a retried Spark task, a killed load) and
+    aborts what it left open.
+
     Not thread-safe: one owner calls :meth:`write` then :meth:`finish` once. ``finish``
     always closes the producer, whatever happened; it never raises.
     """
@@ -121,6 +131,7 @@ class TableWriter:
         num_partitions: int,
         *,
         producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
+        init_timeout: float = 60.0,
     ) -> None:
         if num_partitions <= 0:
             raise ValueError("num_partitions must be positive")
@@ -132,6 +143,10 @@ class TableWriter:
         self._sent = 0
         self._closed = False
         self._producer = producer_factory({**config, "error_cb": self._on_client_error})
+        self._transactional = "transactional.id" in config
+        if self._transactional:
+            self._producer.init_transactions(init_timeout)
+            self._producer.begin_transaction()
 
     @property
     def failed(self) -> bool:
@@ -184,49 +199,149 @@ class TableWriter:
             self._producer.poll(0)
         return not self._errors
 
-    def finish(self, timeout: float) -> WriteSummary:
-        """Wait up to ``timeout`` s for every acknowledgement, close, and summarise."""
+    def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the acknowledgements, so :attr:`failed` is final."""
+        if self._producer is not None and not self._errors:
+            unacked = int(self._producer.flush(timeout))
+            if unacked:
+                self._note(f"{unacked} records not acknowledged within {timeout:.0f}s")
+
+    def finish(self, timeout: float, *, commit: bool = True) -> WriteSummary:
+        """Wait up to ``timeout`` s for every acknowledgement, close, and summarise.
+
+        A transaction is committed if every record was acknowledged and ``commit`` holds,
+        aborted otherwise.
+        """
         if self._closed:
             raise RuntimeError("finish() was called already")
         self._closed = True
         unacked = 0
         try:
             unacked = int(self._producer.flush(timeout))
+            if self._transactional:
+                if not commit:
+                    self._note("aborted: another partition written by this task failed")
+                self._end_transaction(commit=not (unacked or self._errors), timeout=timeout)
         finally:
             self._producer = None
-        if unacked:
+        if unacked and not self._errors:
             self._note(f"{unacked} records not acknowledged within {timeout:.0f}s")
+        acked = self._acked if not (self._transactional and self._errors) else []
         return WriteSummary(
-            {p: n for p, n in enumerate(self._acked) if n},
+            {p: n for p, n in enumerate(acked) if n},
             self._failed,
             unacked,
             tuple(self._errors),
         )
 
+    def _end_transaction(self, *, commit: bool, timeout: float) -> None:
+        """Commit (or abort) the transaction; a failed commit is noted and aborted."""
+        if commit:
+            try:
+                self._producer.commit_transaction(timeout)
+                return
+            except ck.KafkaException as exc:
+                self._note(f"commit of the transaction on {self.topic}: {exc.args[0]}")
+        try:
+            self._producer.abort_transaction(timeout)
+        except ck.KafkaException as exc:  # the broker aborts it at transaction.timeout.ms
+            self._note(f"abort of the transaction on {self.topic}: {exc.args[0]}")
 
-def write_table(
+
+def transactional_id(topic: str, partition: int) -> str:
+    """The one transactional id that loads write ``partition`` of table ``topic`` with.
+
+    Stable across loads and Spark task attempts: a retried task, or a second load of the
+    same table, fences the writer before it and aborts what that writer left open, so two
+    writers of one partition can neither interleave nor both commit.
+    """
+    return f"worker-table-load.{topic}.{partition}"
+
+
+def _transactional(
+    config: Mapping[str, Any], topic: str, partition: int, timeout_ms: int
+) -> dict[str, Any]:
+    return {
+        **config,
+        "transactional.id": transactional_id(topic, partition),
+        "transaction.timeout.ms": timeout_ms,
+    }
+
+
+def write_transactions(
     config: Mapping[str, Any],
     topic: str,
     num_partitions: int,
     records: Iterable[Record],
     timeout: float = 180.0,
     *,
+    transaction_timeout_ms: int = 900_000,
     producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
 ) -> WriteSummary:
-    """Write every (partition, key, value) record; return what was acknowledged.
+    """Write each partition's records in one transaction of its own (see :class:`TableWriter`).
 
-    Raises TableWriteFailed (carrying the summary: what WAS acknowledged, per partition)
-    if any record failed or was not acknowledged within ``timeout`` seconds of the last
-    send. Records after the first failure are not sent.
+    Records may come in any order; each partition seen gets a producer with its
+    :func:`transactional_id`. They commit only if every record of every partition was
+    acknowledged; otherwise all of them abort. Raises TableWriteFailed (with the summary:
+    what was committed) if anything was not.
     """
-    writer = TableWriter(config, topic, num_partitions, producer_factory=producer_factory)
-    summary: WriteSummary | None = None
+    writers: dict[int, TableWriter] = {}
+    summary = WriteSummary()
+    failed = False
     try:
         for partition, key, value in records:
+            writer = writers.get(partition)
+            if writer is None:
+                txn = _transactional(config, topic, partition, transaction_timeout_ms)
+                writer = TableWriter(txn, topic, num_partitions, producer_factory=producer_factory)
+                writers[partition] = writer
             if not writer.write(partition, key, value):
+                failed = True
                 break
+    except BaseException:
+        failed = True  # half-written partitions must not commit
+        raise
     finally:
-        summary = writer.finish(timeout)
+        for writer in writers.values():
+            writer.drain(timeout)  # every partition's outcome known before any commits
+        failed = failed or any(w.failed for w in writers.values())
+        for writer in writers.values():
+            summary = summary + writer.finish(timeout, commit=not failed)
     if not summary.ok:
         raise TableWriteFailed(topic, summary)
     return summary
+
+
+def fence_partitions(
+    config: Mapping[str, Any],
+    topic: str,
+    partitions: Iterable[int],
+    timeout: float = 60.0,
+    *,
+    transaction_timeout_ms: int = 900_000,
+    producer_factory: Callable[[dict[str, Any]], Any] = ck.Producer,
+) -> None:
+    """Fence the load writers of ``partitions`` without writing: aborts what a killed load
+    left open there, which would otherwise hold back every read_committed reader of the
+    partition (the workers) until the broker's transaction timeout.
+
+    Raises LoadFailed naming the partition whose writer could not be fenced.
+    """
+
+    def fence(partition: int) -> None:
+        producer = producer_factory(
+            _transactional(config, topic, partition, transaction_timeout_ms)
+        )
+        try:
+            producer.init_transactions(timeout)
+        except ck.KafkaException as exc:
+            raise LoadFailed(
+                f"fencing the load writer of {topic}[{partition}]: {exc.args[0]}"
+            ) from None
+        finally:
+            producer.flush(0)
+
+    wanted = list(partitions)
+    if wanted:
+        with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
+            list(pool.map(fence, wanted))

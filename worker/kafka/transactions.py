@@ -222,8 +222,14 @@ class TransactionalProducer:
             raise transaction_error(exc, "begin_transaction") from exc
         self._fsm.transition(TxnState.IN_TRANSACTION)
 
-    def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
-        """Commit everything produced since the last commit together with ``offsets``:
+    def commit(
+        self,
+        offsets: Mapping[TP, int],
+        group_metadata: bytes,
+        metadata: Mapping[TP, str] | None = None,
+    ) -> None:
+        """Commit everything produced since the last commit together with ``offsets``
+        (each with its ``metadata`` string, if any: the task's stream time):
 
         1. open the transaction if no record did;
         2. flush, and check that every record was acknowledged;
@@ -236,7 +242,11 @@ class TransactionalProducer:
         try:
             self._deliveries.check(self._producer.flush(self._timeout), self._timeout)
             if offsets:
-                positions = [ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+                notes = metadata or {}
+                positions = [
+                    ck.TopicPartition(t, p, o, notes.get((t, p), ""))
+                    for (t, p), o in sorted(offsets.items())
+                ]
                 self._producer.send_offsets_to_transaction(positions, group_metadata, self._timeout)
             self._producer.commit_transaction(self._timeout)
         except ck.KafkaException as exc:

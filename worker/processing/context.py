@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from worker.errors import TopologyError
+from worker.processing.timestamps import check as check_timestamp
 from worker.processing.view_scans import RawScan, ViewScan, prefix_bytes
 from worker.serde import Codec, Serde, SerdeError
 
@@ -90,6 +91,7 @@ class Record(Protocol):
 
 
 _MISSING = object()
+_INHERIT = object()  # the context's headers are the current record's
 
 
 class KeyValueStore:
@@ -252,18 +254,37 @@ def _unwired(key: Any, value: Any) -> None:
 
 
 class RecordSink(Protocol):
-    """Where sink nodes write (the task's record collector)."""
+    """Where sink nodes write (the task's record collector): ``timestamp`` in ms (0: the
+    producer's clock), ``headers`` a list of (str, bytes) or None."""
 
     def send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int = 0,
+        headers: Any = None,
     ) -> None: ...
 
 
 class ProcessorContext:
     """Per-task context handed to every processor call.
 
-    Two slots belong to the task graph, its only writer (plain attributes, not setters:
-    it writes them once per record and once per node called):
+    These belong to the task graph, their only writer (plain attributes, not setters:
+    it writes them once per record and once per node called); processors only read them:
+
+    ``timestamp``
+        The current record's timestamp in ms, as the configured extractor gave it (or
+        what ``forward(timestamp=)`` set for the children it calls). In a punctuation,
+        the punctuation time. Stores stamp their changelog records with it.
+    ``headers`` (a property: read from the record only when asked, as ``topic`` is)
+        The current record's headers: a list of (str, bytes), or None (or what
+        ``forward(headers=)`` set for the children it calls). Shared with every output
+        that inherits them, so never mutate it: pass ``forward(headers=)`` a new list.
+    ``stream_time``
+        The task's stream time: the largest timestamp it has processed (this record's
+        included), -1 before the first; it never decreases, and a task resumes with the
+        value of its last commit after a restart or a move.
 
     ``current_record``
         The record being processed, as the consumer fetched it; the metadata properties
@@ -275,12 +296,23 @@ class ProcessorContext:
         the child runs.
     """
 
-    __slots__ = ("task_id", "current_record", "current_node", "_nodes")
+    __slots__ = (
+        "task_id",
+        "current_record",
+        "current_node",
+        "timestamp",
+        "stream_time",
+        "_headers",
+        "_nodes",
+    )
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         self.current_record: Record = _NO_RECORD
         self.current_node = Node("", {})
+        self.timestamp = -1
+        self.stream_time = -1
+        self._headers: Any = _INHERIT  # forward(headers=)'s, while its children run
         self._nodes: dict[str, Node] = {}
 
     def wire(self, nodes: Mapping[str, Node]) -> None:
@@ -302,12 +334,9 @@ class ProcessorContext:
         return -1 if offset is None else offset
 
     @property
-    def timestamp(self) -> int:
-        return self.current_record.timestamp()[1]
-
-    @property
     def headers(self) -> list[tuple[str, bytes]] | None:
-        return self.current_record.headers()
+        headers = self._headers
+        return self.current_record.headers() if headers is _INHERIT else headers
 
     def store(self, name: str) -> KeyValueStore:
         """The store ``name``, if the current processor declared it."""
@@ -318,8 +347,28 @@ class ProcessorContext:
                 f"processor {self.current_node.name!r} did not declare store {name!r}"
             ) from None
 
-    def forward(self, key: Any, value: Any, to: str | None = None) -> None:
-        """Pass a record to the current node's children (or only to child ``to``)."""
+    def forward(
+        self,
+        key: Any,
+        value: Any,
+        to: str | None = None,
+        *,
+        timestamp: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Pass a record to the current node's children (or only to child ``to``).
+
+        The output carries the current ``timestamp`` and ``headers`` unless given here;
+        what is given is what the children (and the sinks below them) see, and the
+        current values come back once they return.
+
+        Raises:
+            InvalidTimestamp: ``timestamp`` is not an int >= 0.
+            TopologyError: the current node has no child ``to``.
+        """
+        if timestamp is not None or headers is not None:
+            self._forward_as(key, value, to, timestamp, headers)
+            return
         node = self.current_node
         if to is None:
             for child in node.children:
@@ -340,6 +389,25 @@ class ProcessorContext:
                     self.current_node = node
         if not found:
             raise TopologyError(f"{node.name!r} has no child {to!r}")
+
+    def _forward_as(
+        self,
+        key: Any,
+        value: Any,
+        to: str | None,
+        timestamp: int | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> None:
+        """``forward`` with a timestamp or headers of the output's own."""
+        saved = self.timestamp, self._headers
+        if timestamp is not None:
+            self.timestamp = check_timestamp(timestamp)
+        if headers is not None:
+            self._headers = headers
+        try:
+            self.forward(key, value, to)
+        finally:
+            self.timestamp, self._headers = saved
 
 
 class _NoRecord:

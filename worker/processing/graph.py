@@ -3,10 +3,12 @@
 Built once per task. The per-record path (issues 8 and 14) is one closure per source,
 fetched once per run of records from one partition (:meth:`TaskGraph.runner`) and called
 with the consumer's own ``Message`` (it already has the methods of :class:`Record`): a
-size check, the two deserialisations as the C functions behind the built-in serdes
-(inline, with everything but the common case handed to ``worker.serde.Codec``), and
-direct calls down the graph, with no allocation beyond what the user's code does.
-Record metadata is read from the record itself only when a processor asks for it. Bad
+size check, the record's timestamp (its own, read once, unless a custom extractor is
+configured) and the stream time set on the context, the two deserialisations as the C
+functions behind the built-in serdes (inline, with everything but the common case handed
+to ``worker.serde.Codec``), and direct calls down the graph, with no allocation beyond
+what the user's code does. Record metadata (headers included) is read from the record
+itself only when a processor or a sink asks for it. Bad
 input leaves that path only when it happens: the ``try`` around the deserialisation
 costs nothing until something raises.
 """
@@ -28,8 +30,15 @@ from worker.processing.context import (
     RecordSink,
 )
 from worker.processing.handlers import BadRecord, RecordErrorHandler
+from worker.processing.timestamps import (
+    NEGATIVE,
+    InvalidTimestamp,
+    TimestampExtractor,
+    extract,
+    record_time,
+)
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
-from worker.processing.ttl_views import TaskClock, TtlKeyValueStore, TtlRawStore
+from worker.processing.ttl_views import TtlKeyValueStore, TtlRawStore
 from worker.serde import Codec
 
 Runner = Callable[[Record], None]
@@ -38,8 +47,11 @@ Runner = Callable[[Record], None]
 class TaskGraph:
     """Routes one input record through the sub-topology for a given task.
 
-    ``errors`` decides about records that do not deserialise or are over its
-    ``max_record_bytes``; without one, their SerdeError propagates to the caller.
+    ``errors`` decides about records that do not deserialise, are over its
+    ``max_record_bytes`` or have an invalid timestamp; without one, their SerdeError
+    (or InvalidTimestamp) propagates to the caller. ``extractor`` is a custom
+    ``timestamp.extractor``; None (or the default, ``record_time``) reads the record's own
+    timestamp inline.
     """
 
     def __init__(
@@ -49,6 +61,7 @@ class TaskGraph:
         stores: Mapping[str, RawStore],
         sink: RecordSink,
         errors: RecordErrorHandler | None = None,
+        extractor: TimestampExtractor | None = None,
     ) -> None:
         missing = {s.name for s in subtopology.stores} - set(stores)
         if missing:
@@ -64,11 +77,12 @@ class TaskGraph:
             node.call = functools.partial(proc.fn, self.context)
         for sink_node in subtopology.sinks:
             nodes[sink_node.name] = node = Node(sink_node.name, {})
-            node.call = self._sink_dispatch(sink_node, sink)
+            node.call = self._sink_dispatch(sink_node, sink, self.context)
         for parent, names in subtopology.children.items():
             nodes[parent].children = tuple(nodes[name] for name in names)
         self.context.wire(nodes)
         self._errors = errors
+        self._extractor = None if extractor is record_time else extractor
         bound = -1 if errors is None else errors.max_record_bytes
         self._max_bytes = sys.maxsize if bound < 0 else bound
         self._runners: dict[str, Runner] = {
@@ -79,16 +93,15 @@ class TaskGraph:
         if spec.ttl_ms is None:
             return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
         timed = cast(TtlRawStore, raw)  # the task opens a TtlStore for a spec with a TTL
-        return TtlKeyValueStore(
-            spec.name, timed, spec.key_serde, spec.value_serde, cast(TaskClock, self.context)
-        )
+        return TtlKeyValueStore(spec.name, timed, spec.key_serde, spec.value_serde, self.context)
 
     def runner(self, topic: str) -> Runner:
         """The function that runs one record of ``topic`` through the graph; the task
         calls it for each record of a run.
 
-        It deserialises the record and passes it down the graph. A record over the size
-        bound, or whose key or value does not deserialise, goes to the error handler:
+        It sets the context's timestamp and stream time, deserialises the record
+        and passes it down the graph. A record over the size bound, with an invalid
+        timestamp, or whose key or value does not deserialise, goes to the error handler:
         ``fail`` raises RecordFailed, the other policies skip it and return. An error
         raised by a processor or a sink propagates unchanged: the router retries the
         record and applies the processing policy.
@@ -98,11 +111,17 @@ class TaskGraph:
     def _source_runner(self, source: SourceNode, node: Node) -> Runner:
         ctx = self.context
         errors = self._errors
+        extractor = self._extractor
         max_bytes = self._max_bytes
         keys, values = Codec(source.key_serde), Codec(source.value_serde)
         decode_key, decode_value = keys.fast_decode, values.fast_decode
         children = node.children
         table = None if source.table_store is None else self._raw[source.table_store]
+
+        def reject(record: Record, exc: InvalidTimestamp) -> None:
+            if errors is None:
+                raise exc
+            errors.invalid_timestamp(BadRecord.of(record), exc)
 
         def run(record: Record) -> None:
             ctx.current_record = record
@@ -111,6 +130,22 @@ class TaskGraph:
             if (len(key) if key else 0) + (len(value) if value else 0) > max_bytes:
                 errors.too_large(BadRecord.of(record))  # type: ignore[union-attr]
                 return
+            if extractor is None:
+                timestamp = record.timestamp()[1]
+            else:
+                try:
+                    timestamp = extract(extractor, record, ctx.stream_time)
+                except InvalidTimestamp as exc:
+                    reject(record, exc)
+                    return
+            # One comparison for the common case: stream time is >= -1, so a timestamp
+            # above it is valid; only one that is not needs the sign check.
+            if timestamp > ctx.stream_time:
+                ctx.stream_time = timestamp
+            elif timestamp < 0:
+                reject(record, InvalidTimestamp(timestamp, NEGATIVE))
+                return
+            ctx.timestamp = timestamp
             if table is not None:
                 if key is None:
                     return  # a table cannot hold a null key; Kafka Streams drops these records
@@ -141,7 +176,10 @@ class TaskGraph:
         return run
 
     @staticmethod
-    def _sink_dispatch(node: SinkNode, sink: RecordSink) -> Callable[[Any, Any], None]:
+    def _sink_dispatch(
+        node: SinkNode, sink: RecordSink, ctx: ProcessorContext
+    ) -> Callable[[Any, Any], None]:
+        """A sink node: the output encoded and sent with the context's timestamp and headers."""
         topic, send = node.topic, sink.send
         keys, values = Codec(node.key_serde), Codec(node.value_serde)
         encode_key, encode_value = keys.fast_encode, values.fast_encode
@@ -153,6 +191,6 @@ class TaskGraph:
             except Exception:
                 key_bytes = keys.encode(key)
                 value_bytes = values.encode(value)
-            send(topic, key_bytes, value_bytes)
+            send(topic, key_bytes, value_bytes, ctx.timestamp, ctx.headers)
 
         return write

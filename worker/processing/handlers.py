@@ -4,7 +4,8 @@ Three policies, named after Kafka Streams' exception handlers (KIP-1033, KIP-103
 
 - ``fail``: the worker stops with an error naming the record (exit code 1);
 - ``log_and_continue``: the record is skipped: a throttled warning and
-  ``worker_skipped_records_total{reason}``;
+  ``worker_skipped_records_total{reason}`` (reasons: deserialization_error,
+  record_too_large, invalid_timestamp, processing_error);
 - ``dead_letter``: skipped as above, and written to ``<application.id>-dlq`` with the
   error and the record's source coordinates in headers. It goes through the task's
   record collector, so under exactly-once the dead-letter record is in the same
@@ -28,6 +29,7 @@ from worker.errors import FatalError
 from worker.events import RECORD_SKIPPED
 from worker.observability import Metrics
 from worker.processing.context import Record, RecordSink
+from worker.processing.timestamps import INVALID_TIMESTAMP
 
 # Skip reasons: the label of worker_skipped_records_total and of the DLQ header.
 DESERIALIZATION_ERROR = "deserialization_error"
@@ -135,6 +137,11 @@ class RecordErrorHandler:
         )
         self._apply(record, self.deserialization, RECORD_TOO_LARGE, exc, "")
 
+    def invalid_timestamp(self, record: BadRecord, exc: BaseException) -> None:
+        """A record whose timestamp is invalid (negative, or the extractor failed) takes
+        the deserialisation policy: like an undecodable one, it never reaches a processor."""
+        self._apply(record, self.deserialization, INVALID_TIMESTAMP, exc, "")
+
     def processing_failed(self, record: BadRecord, exc: BaseException, stacktrace: str) -> None:
         """A record whose processing raised on every attempt: fail, or skip it."""
         self._apply(record, self.processing, PROCESSING_ERROR, exc, stacktrace)
@@ -198,7 +205,8 @@ class RecordErrorHandler:
         ]
         if stacktrace:
             headers.append((HEADER_PREFIX + "stacktrace", _cut(stacktrace)))
-        self._sink.send(self.dlq_topic, key, value, headers)
+        # The source record's own time, unless that is what is wrong with it (0: now).
+        self._sink.send(self.dlq_topic, key, value, max(record.timestamp, 0), headers)
 
     def _log_skip(
         self, record: BadRecord, policy: ExceptionPolicy, reason: str, exc: BaseException

@@ -9,6 +9,10 @@ presents it and the task's stream time before this record (-1 before the first),
 Kafka Streams' ``TimestampExtractor.extract(record, partitionTime)``. Prefer the record's
 headers or key to its value: decoding the value only for its time costs a full decode.
 
+A task's stream time travels with its committed source offsets, as the offsets' metadata
+(:func:`encode_stream_time`, Kafka Streams' layout), so a task resumes with it after a
+restart or a move without reprocessing anything.
+
 A timestamp that is not an int >= 0, or an extractor that raises, is
 :class:`InvalidTimestamp`: the record goes to the bad-record policy (fail, skip and count,
 dead letter), with :data:`INVALID_TIMESTAMP` as the reason. Kafka's record timestamp is -1
@@ -17,17 +21,21 @@ when the record has none (a pre-0.10 message format), which is invalid too.
 
 from __future__ import annotations
 
+import base64
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 from worker.errors import ConfigError, WorkerError
-from worker.processing.context import Record
 
 SETTING = "timestamp.extractor"
 RECORD_TIME = "record"  # the setting's default: the Kafka record's timestamp
 INVALID_TIMESTAMP = "invalid_timestamp"  # the bad-record reason (metric label, DLQ header)
+NEGATIVE = "must be >= 0 (ms since the epoch)"
 
-TimestampExtractor = Callable[[Record, int], int]
+# (record, stream_time_ms) -> ms. The record is a worker.processing.context.Record, named
+# Any here because the context imports this module (it checks forwarded timestamps).
+TimestampExtractor = Callable[[Any, int], int]
 
 
 class InvalidTimestamp(WorkerError, ValueError):
@@ -40,7 +48,7 @@ class InvalidTimestamp(WorkerError, ValueError):
         self.reason = reason
 
 
-def record_time(record: Record, stream_time_ms: int) -> int:
+def record_time(record: Any, stream_time_ms: int) -> int:
     """The default extractor: the Kafka record's timestamp, whatever its type."""
     return record.timestamp()[1]
 
@@ -66,7 +74,7 @@ def resolve(spec: str) -> TimestampExtractor:
     return target  # type: ignore[return-value]
 
 
-def extract(extractor: TimestampExtractor, record: Record, stream_time_ms: int) -> int:
+def extract(extractor: TimestampExtractor, record: Any, stream_time_ms: int) -> int:
     """The record's timestamp by ``extractor``, checked.
 
     The per-record path may inline the default (``record.timestamp()[1]`` and a sign
@@ -93,5 +101,29 @@ def check(timestamp: object) -> int:
             timestamp, f"must be int milliseconds, got {type(timestamp).__name__}"
         )
     if timestamp < 0:
-        raise InvalidTimestamp(timestamp, "must be >= 0 (ms since the epoch)")
+        raise InvalidTimestamp(timestamp, NEGATIVE)
     return timestamp
+
+
+_STREAM_TIME_MAGIC = 1  # Kafka Streams' TopicPartitionMetadata version 1: magic + 8-byte time
+
+
+def encode_stream_time(stream_time_ms: int) -> str:
+    """``stream_time_ms`` as committed offset metadata: base64 of a version byte and the
+    time as a big-endian signed 64-bit integer, the layout Kafka Streams reads back."""
+    raw = bytes([_STREAM_TIME_MAGIC]) + stream_time_ms.to_bytes(8, "big", signed=True)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def decode_stream_time(metadata: str | None) -> int:
+    """The stream time :func:`encode_stream_time` wrote into ``metadata``; -1 (unknown)
+    for no metadata or any other content (a version 2 from Kafka Streams reads too)."""
+    if not metadata:
+        return -1
+    try:
+        raw = base64.b64decode(metadata, validate=True)
+    except ValueError:
+        return -1
+    if len(raw) < 9 or raw[0] not in (1, 2):
+        return -1
+    return max(int.from_bytes(raw[1:9], "big", signed=True), -1)

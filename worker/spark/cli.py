@@ -1,15 +1,16 @@
-"""``worker spark``: run the table loaders, in local mode or through spark-submit.
+"""``worker spark``: the table loaders, in local mode or through spark-submit.
 
     worker spark load account-profiles --input history/
     worker spark load table --input users.parquet --topic users --key-column id \\
-        --value-columns name,email --partitions 8 --create
+        --value-columns name,email --partitions 8 --create --mode upsert
     worker spark load account-profiles --input hdfs:///history --master yarn --print-submit
 
-pyspark is imported only when a load runs, so the worker runs without the spark extra.
-Progress goes to stderr; the final counts to stdout. Exit codes: 0 every row
-acknowledged; 1 the load failed while writing (the message says exactly how many rows
-were acknowledged, per partition), or Spark, Java or the broker is unavailable; 2 bad
-configuration or usage; 3 the load was rejected by its checks and nothing was written.
+``export``, ``reconcile`` and ``submit`` live in ``worker.spark.cli_jobs`` and join the
+group here. pyspark is imported only when a job runs, so the worker runs without the
+spark extra. Progress goes to stderr; the final counts to stdout. Exit codes: 0 every
+change committed; 1 the load failed while writing (a partition's transaction did not
+commit), or Spark, Java or the broker is unavailable; 2 bad configuration or usage; 3
+the load was rejected by its checks and nothing was written.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_REJECTED = 1, 2, 3
 _SUBMIT_ENTRY = Path(__file__).with_name("submit.py")
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
@@ -66,6 +67,14 @@ def _common(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--create", is_flag=True, help="Create the topic (compacted) if missing."),
         click.option(
+            "--mode",
+            type=click.Choice(["snapshot", "upsert"]),
+            default="snapshot",
+            show_default=True,
+            help="snapshot: the input is the whole table (changed rows upserted, vanished keys"
+            " deleted, unchanged rows not written); upsert: write every row, delete nothing.",
+        ),
+        click.option(
             "--master",
             default=DEFAULT_MASTER,
             show_default=True,
@@ -86,7 +95,8 @@ def _common(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group()
 def spark() -> None:
-    """Spark batch jobs that load tables (the spark extra: pyspark, Java 17)."""
+    """Spark jobs: load tables, export and reconcile state, run on a cluster (the spark
+    extra: pyspark, pyarrow, Java 17)."""
 
 
 @spark.group("load")
@@ -122,6 +132,7 @@ def account_profiles(
             partitions=common["partitions"],
             co_partition_with=topics,
             create=common["create"],
+            mode=common["mode"],
             progress=_progress,
         )
 
@@ -158,7 +169,7 @@ def table(
 ) -> None:
     """Any table: one row per key from Parquet, CSV or JSON files."""
     if (value_column is None) == (value_columns is None):
-        _fail("give exactly one of --value-column and --value-columns", EXIT_USAGE)
+        fail("give exactly one of --value-column and --value-columns", EXIT_USAGE)
     value: str | list[str] = value_column or [
         c.strip() for c in (value_columns or "").split(",") if c.strip()
     ]
@@ -179,6 +190,7 @@ def table(
             co_partition_with=co_partition_with,
             create=common["create"],
             check_unique_keys=not allow_duplicate_keys,
+            mode=common["mode"],
             progress=_progress,
         )
 
@@ -199,7 +211,7 @@ def _run(
     try:
         settings = load(common["config"], parse_assignments(list(common["sets"]))).settings
     except ConfigError as exc:
-        _fail(str(exc), EXIT_USAGE)
+        fail(str(exc), EXIT_USAGE)
     if common["print_submit"]:
         click.echo(submit_command(click.get_current_context(), common["master"]))
         return
@@ -222,15 +234,15 @@ def _run(
         spark_session = session(common["master"], f"worker-load-{topic}")
         result = job(spark_session, settings)
     except LoadRejected as exc:
-        _fail(f"load rejected, nothing written: {exc}", EXIT_REJECTED)
+        fail(f"load rejected, nothing written: {exc}", EXIT_REJECTED)
     except WorkerError as exc:  # LoadIncomplete, KafkaUnavailable, SparkUnavailable
-        _fail(str(exc), EXIT_FAILED)
+        fail(str(exc), EXIT_FAILED)
     finally:
         if spark_session is not None:
             spark_session.stop()
     click.echo(
         f"loaded {result.rows} rows into {result.target.topic}"
-        f" ({result.summary.describe()}) in {result.seconds:.1f}s,"
+        f" ({result.describe()}) in {result.seconds:.1f}s,"
         f" {result.rows_per_second:,.0f} rows/s"
     )
 
@@ -279,3 +291,13 @@ def replay_options(ctx: click.Context) -> list[str]:
         else:
             args += [flag, str(Path(value).resolve()) if param.name == "config" else str(value)]
     return args
+
+
+def _add_jobs() -> None:
+    from worker.spark import cli_jobs  # imports this module: add its commands once it is whole
+
+    for command in cli_jobs.COMMANDS:
+        spark.add_command(command)
+
+
+_add_jobs()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from worker.errors import WorkerError
 from worker.kafka.loader import LoadFailed
-from worker.kafka.table_writer import WriteSummary
 
 
 class LoadRejected(WorkerError):
@@ -20,20 +19,29 @@ class SparkUnavailable(WorkerError):
 
 
 class LoadIncomplete(LoadFailed):
-    """Writing started and did not finish: ``summary`` holds what was acknowledged.
+    """Some partitions' transactions did not commit: run the load again.
 
-    Exact when writers failed (each reports its acknowledged records); a lower bound
-    when Spark lost a writer (``cause`` says so), which may have had records
-    acknowledged before it could report. Records acknowledged stay in the topic; the
-    table is upserted, so running the same load again completes it.
+    Each Kafka partition of the table is written in one transaction, so each partition
+    holds either its previous content or the whole new one; which ones committed is not
+    known to the driver (the writers that failed took it with them). A snapshot load run
+    again compares with what is there and writes only what is still missing.
     """
 
-    def __init__(self, topic: str, rows: int, summary: WriteSummary, cause: str = "") -> None:
-        reason = f"; {cause}" if cause else ""
+    def __init__(self, topic: str, records: int, cause: str) -> None:
         super().__init__(
-            f"{topic}: load incomplete: {summary.total_acked} of {rows} rows acknowledged"
-            f" ({summary.describe()}){reason}"
+            f"{topic}: load incomplete: {records} records were to be written, and at least"
+            " one partition's transaction did not commit (each partition holds its previous"
+            f" content or all of the new one; run the load again): {cause}"
         )
         self.topic = topic
-        self.rows = rows
-        self.summary = summary
+        self.records = records
+        self.cause = cause
+
+
+class SchemaMismatch(WorkerError):
+    """A table's records do not fit the schema or serdes they are read with: fix the schema
+    (or the serde option) to match what the table holds."""
+
+
+class TableNotFound(WorkerError):
+    """The table's topic does not exist: check the topic or store name and the broker."""

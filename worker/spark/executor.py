@@ -1,24 +1,20 @@
-"""What runs inside Spark's Python workers: encode one partition of rows, write one partition.
+"""What runs inside Spark's Python workers to encode one partition of rows.
 
 No pyspark import: these functions get plain iterators and picklable arguments, so they
 run (and are tested) without Spark. The driver (``worker.spark.load``) wires them into
-``mapPartitions`` / ``foreachPartition``.
+``mapPartitions``; the writing is the ``worker`` data source's (``worker.spark.datasource``).
 
 A rejected row does not fail the Spark task: it is encoded as a marker record (partition
 :data:`REJECTED`, the reason in the value slot) so the driver can report the first few
-reasons and refuse the load before anything is written. A failed write does not fail
-the Spark task either: the writer's summary, with exactly what was acknowledged, goes to
-an accumulator and the driver decides. (A Spark task that raised would lose its counts,
-and Spark would retry it behind the driver's back.)
+reasons and refuse the load before anything is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from worker.kafka.table_writer import TableWriteFailed, WriteSummary, write_table
 from worker.spark.encoding import Encoded, RowRejected, TableEncoder
 
 REJECTED = -1  # partition of a marker record for a row that cannot be encoded
@@ -69,36 +65,3 @@ def encode_stats(records: Iterable[Encoded]) -> Iterator[EncodeStats]:
         else:
             counts[partition] = counts.get(partition, 0) + 1
     yield stats
-
-
-class SummarySink(Protocol):
-    """Where a Spark task reports its writer's summary (a Spark accumulator)."""
-
-    def add(self, term: WriteSummary) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionWriter:
-    """Writes one Spark partition of encoded records; the ``foreachPartition`` function.
-
-    Every outcome, failures included, is reported to ``sink`` as a WriteSummary; nothing
-    raises out of it, so Spark neither loses the counts nor retries the write on its own.
-    """
-
-    config: Mapping[str, Any]
-    topic: str
-    num_partitions: int
-    timeout: float
-    sink: SummarySink
-    write: Callable[..., WriteSummary] = write_table  # replaceable in tests
-
-    def __call__(self, records: Iterable[Encoded]) -> None:
-        try:
-            summary = self.write(
-                self.config, self.topic, self.num_partitions, records, self.timeout
-            )
-        except TableWriteFailed as exc:
-            summary = exc.summary
-        except Exception as exc:  # report, do not raise: see the class docstring
-            summary = WriteSummary(errors=(f"writer failed: {type(exc).__name__}: {exc}",))
-        self.sink.add(summary)

@@ -12,64 +12,71 @@ The load protocol (the body of :func:`load_table` follows these steps):
 4. encode every row into (partition, key bytes, value bytes) with the worker's serdes
    and ``worker.partitioner``, persist the result and scan it: any row that cannot be
    encoded (null key, value that does not serialise) rejects the whole load;
-5. create the topic if it is missing and ``create`` was given (compacted), then write
-   each Spark partition with an idempotent acks=all producer to the computed
-   partitions (``foreachPartition``), each reporting what was acknowledged;
-6. return the counts when every row was acknowledged; otherwise raise LoadIncomplete
-   with exactly what was.
+5. create the topic if it is missing and ``create`` was given (compacted);
+6. in ``snapshot`` mode, read the table's current content (the ``worker`` data source,
+   read_committed), check it decodes with the serdes, and keep only the changes: an
+   upsert for a new or changed value, a tombstone for a key that is no longer in the
+   input, nothing for an unchanged row. ``upsert`` mode writes every row as it is;
+7. write each Kafka partition's changes in one transaction (the data source's writer):
+   workers reading ``read_committed`` see a partition's whole change or none of it;
+8. return the counts, or raise LoadIncomplete if any partition's transaction failed.
 
-Steps 1-4 raise LoadRejected and change nothing, not even by creating the topic. Only this module and its siblings in
-``worker.spark`` import pyspark.
+Steps 1-4 (and the decoding check of 6) raise LoadRejected and change nothing, not even
+by creating the topic. Only this module and its siblings in ``worker.spark`` import pyspark.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pyspark import AccumulatorParam, SparkContext, StorageLevel
-from pyspark.sql import DataFrame
+from pyspark import SparkContext, StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from worker.config import Settings
 from worker.kafka.admin import Admin
-from worker.kafka.table_writer import WriteSummary, writer_config
+from worker.kafka.table_writer import WriteSummary, fence_partitions, writer_config
 from worker.serde import Serde
+from worker.spark.datasource import FORMAT, register, source_options
 from worker.spark.encoding import TableEncoder, ValueSpec, check_columns, resolve_serde
 from worker.spark.errors import LoadIncomplete, LoadRejected
-from worker.spark.executor import EncodeStats, PartitionWriter, encode_rows, encode_stats
+from worker.spark.executor import EncodeStats, encode_rows, encode_stats
+from worker.spark.progress import Progress, first_line, job_progress, quiet, rate, worker_error
 from worker.spark.target import Target, TopicAdmin, check_target
 from worker.spark.target import create as create_topic
 
-Progress = Callable[[str], None]
-# Each writer (one producer per Spark partition) pays a connection and an idempotent
-# producer id (~0.5 s on the test broker) before its first record, and writers beyond
-# the cluster's task slots only run in later waves, paying it again. So the encoded
-# partitions are coalesced to one writer per slot, plus one per this many rows so that
-# no single task grows unboundedly (retries and progress stay fine-grained).
-ROWS_PER_WRITER = 2_000_000
+Mode = Literal["snapshot", "upsert"]
+MODES = ("snapshot", "upsert")
+_CHANGES = "partition INT, key BINARY, value BINARY"
 
-
-def quiet(_message: str) -> None:
-    """The default progress callback: say nothing."""
+__all__ = ["LoadResult", "Progress", "load_table", "quiet"]
 
 
 @dataclass(frozen=True, slots=True)
 class LoadResult:
-    """A finished load: every one of ``rows`` acknowledged, per partition in ``summary``."""
+    """A finished load: ``rows`` in the input, ``summary`` the records committed per partition."""
 
     target: Target
     rows: int
-    summary: WriteSummary
-    check_seconds: float  # steps 1-4: schema, topic, keys, encoding scan
-    write_seconds: float  # step 5
+    summary: WriteSummary  # upserts and tombstones written, per partition
+    deletes: int  # tombstones among them
+    check_seconds: float  # steps 1-6: schema, topic, keys, encoding, diff
+    write_seconds: float  # step 7
+    mode: Mode = "snapshot"
+
+    @property
+    def written(self) -> int:
+        return self.summary.total_acked
+
+    @property
+    def unchanged(self) -> int:
+        """Input rows not written because the table already held them (snapshot mode)."""
+        return self.rows - (self.written - self.deletes)
 
     @property
     def seconds(self) -> float:
@@ -77,18 +84,14 @@ class LoadResult:
 
     @property
     def rows_per_second(self) -> float:
-        """Rows loaded per second of the whole job (checks, encoding and writing)."""
+        """Input rows per second of the whole job (checks, encoding, diff and writing)."""
         return self.rows / self.seconds if self.seconds else 0.0
 
-
-class _SummaryParam(AccumulatorParam[WriteSummary]):
-    """Spark accumulator of the writers' summaries."""
-
-    def zero(self, value: WriteSummary) -> WriteSummary:
-        return WriteSummary()
-
-    def addInPlace(self, value1: WriteSummary, value2: WriteSummary) -> WriteSummary:
-        return value1 + value2
+    def describe(self) -> str:
+        changed = f"{self.written - self.deletes} upserts, {self.deletes} deletes"
+        if self.mode == "snapshot":
+            changed += f", {self.unchanged} unchanged"
+        return f"{changed}; {self.summary.describe()}"
 
 
 def load_table(
@@ -98,6 +101,7 @@ def load_table(
     value: ValueSpec,
     settings: Settings,
     *,
+    mode: Mode = "snapshot",
     key_serde: Serde | str = "str",
     value_serde: Serde | str = "json",
     partitions: int | None = None,
@@ -105,29 +109,26 @@ def load_table(
     create: bool = False,
     check_unique_keys: bool = True,
     write_timeout: float = 180.0,
+    transaction_timeout_ms: int = 300_000,
     admin: TopicAdmin | None = None,
     progress: Progress = quiet,
 ) -> LoadResult:
-    """Load ``df`` into the table topic ``topic`` (see the module docstring for the steps).
+    """Load ``df`` into ``topic``: one record per changed key (see the module doc).
 
-    ``value`` is a column name, a list of column names (a dict value) or a function of
-    the row as a dict (None = delete). ``check_unique_keys=False`` skips step 3 for
-    DataFrames unique by construction (an aggregation grouped by the key).
-
-    Raises LoadRejected (nothing written), LoadIncomplete (some rows written; exactly
-    which are acknowledged is in its ``summary``), KafkaUnavailable (metadata).
+    ``value`` makes each row's value (:data:`worker.spark.encoding.ValueSpec`); a null
+    value deletes the key. Raises LoadRejected (nothing written), LoadIncomplete (some
+    partitions' transactions failed; those kept their previous content),
+    KafkaUnavailable.
     """
+    if mode not in MODES:
+        raise LoadRejected(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     started = time.monotonic()
     key_codec, value_codec = resolve_serde(key_serde), resolve_serde(value_serde)
     schema = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     check_columns(schema, key_column, value, key_codec, value_codec)  # step 1
     admin = admin or Admin(settings)
     target = check_target(  # step 2
-        admin,
-        topic,
-        partitions=partitions,
-        co_partition_with=co_partition_with,
-        create=create,
+        admin, topic, partitions=partitions, co_partition_with=co_partition_with, create=create
     )
     missing = "" if target.exists else " (to be created)"
     progress(f"{topic}: {target.partitions} partitions{missing}, {target.reason}")
@@ -139,19 +140,39 @@ def load_table(
     )
     encoded = df.rdd.mapPartitions(functools.partial(encode_rows, encoder))
     encoded = encoded.persist(StorageLevel.MEMORY_AND_DISK)
+    changes: Any = None
     try:
         stats = _scan(encoded, topic)  # step 4
-        check_seconds = time.monotonic() - started
-        progress(f"{topic}: {stats.rows} rows encoded and checked in {check_seconds:.1f}s")
-        written = time.monotonic()
+        progress(f"{topic}: {stats.rows} rows encoded and checked")
         target = create_topic(admin, target)  # step 5
-        summary, cause = _write(encoded, stats.rows, target, settings, write_timeout, progress)
+        spark = df.sparkSession
+        register(spark)
+        options = {**source_options(settings), "topic": topic}
+        rows = spark.createDataFrame(encoded, _CHANGES)
+        if mode == "snapshot":  # step 6
+            rows = _diff(spark, rows, options, key_codec, value_codec, progress)
+        changes = _by_kafka_partition(rows, target.partitions)
+        counts = _counts(changes)
+        check_seconds = time.monotonic() - started
+        written = time.monotonic()
+        total = sum(n for n, _ in counts.values())
+        deletes = sum(d for _, d in counts.values())
+        progress(
+            f"{topic}: writing {total - deletes} upserts and {deletes} deletes"
+            f" ({mode}) in {len(counts)} partition transactions"
+        )
+        options |= {
+            "timeout": str(write_timeout),
+            "transactionTimeoutMs": str(transaction_timeout_ms),
+        }
+        _write(spark, changes, settings, options, target.partitions, counts, progress)
         write_seconds = time.monotonic() - written
     finally:
         encoded.unpersist()
-    if cause or not summary.ok or summary.total_acked != stats.rows:  # step 6
-        raise LoadIncomplete(topic, stats.rows, summary, cause)
-    return LoadResult(target, stats.rows, summary, check_seconds, write_seconds)
+        if changes is not None:
+            changes.unpersist()
+    summary = WriteSummary({p: n for p, (n, _) in counts.items() if n})
+    return LoadResult(target, stats.rows, summary, deletes, check_seconds, write_seconds, mode)
 
 
 def _needed_columns(df: DataFrame, key_column: str, value: ValueSpec) -> DataFrame:
@@ -187,67 +208,96 @@ def _scan(encoded: Any, topic: str) -> EncodeStats:
     return stats
 
 
-def _write(
-    encoded: Any,
-    rows: int,
-    target: Target,
-    settings: Settings,
-    timeout: float,
+def _diff(
+    spark: SparkSession,
+    new: DataFrame,
+    options: dict[str, str],
+    key_serde: Serde,
+    value_serde: Serde,
     progress: Progress,
-) -> tuple[WriteSummary, str]:
-    """Step 5: (what was acknowledged, why the Spark job failed or "")."""
-    context = SparkContext.getOrCreate()
-    slots = max(1, context.defaultParallelism)
-    writers = min(encoded.getNumPartitions(), max(slots, -(-rows // ROWS_PER_WRITER)))
-    if writers < encoded.getNumPartitions():
-        encoded = encoded.coalesce(writers)  # narrow: reads the persisted partitions
-    sink = context.accumulator(WriteSummary(), _SummaryParam())
-    writer = PartitionWriter(
-        writer_config(settings), target.topic, target.partitions, timeout, sink
+) -> DataFrame:
+    """The records that turn the table's current content into ``new`` (step 6).
+
+    Joined on the key bytes: a key with another value, or new, is upserted; a key only
+    in the table gets a tombstone; an equal value is left alone. ``<=>`` (null-safe
+    equality) covers the three at once: a missing side is a null value.
+    """
+    current = spark.read.format(FORMAT).options(**options, raw="true").load()
+    _check_decodes(current.limit(20).collect(), key_serde, value_serde, options["topic"])
+    progress(f"{options['topic']}: comparing with the table's current content")
+    n, o = new.alias("n"), current.alias("o")
+    joined = n.join(o, F.col("n.key") == F.col("o.key"), "full_outer")
+    return joined.where(~F.col("n.value").eqNullSafe(F.col("o.value"))).select(
+        F.coalesce(F.col("n.partition"), F.col("o.partition")).alias("partition"),
+        F.coalesce(F.col("n.key"), F.col("o.key")).alias("key"),
+        F.col("n.value").alias("value"),
     )
-    cause = ""
-    with _job_progress(context, f"write {target.topic}", progress):
+
+
+def _check_decodes(rows: list[Any], key_serde: Serde, value_serde: Serde, topic: str) -> None:
+    """Refuse a snapshot whose serdes cannot read what the table holds: the diff would
+    compare bytes of different encodings and rewrite (or delete) every key."""
+    for _, key, value in rows:
+        for role, serde, data in (("key", key_serde, key), ("value", value_serde, value)):
+            try:
+                serde.deserialize(bytes(data))
+            except Exception as exc:
+                raise LoadRejected(
+                    f"{topic} holds a {role} that the {serde.name} {role} serde cannot read"
+                    f" ({bytes(key)[:40]!r}: {exc}): is that the table's {role} serde?"
+                ) from None
+
+
+def _by_kafka_partition(rows: DataFrame, count: int) -> Any:
+    """The changes as an RDD whose Spark partition ``i`` holds exactly Kafka partition ``i``,
+    so each Spark task writes one Kafka partition in one transaction. Persisted: counted,
+    then written, without reading the table twice."""
+    keyed = rows.rdd.map(lambda r: (r[0], (r[1], r[2])))
+    split = keyed.partitionBy(count, _identity).map(lambda kv: (kv[0], kv[1][0], kv[1][1]))
+    return split.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _identity(partition: int) -> int:
+    return partition
+
+
+def _counts(changes: Any) -> dict[int, tuple[int, int]]:
+    """Kafka partition -> (records, tombstones among them) of the changes."""
+    pairs = changes.map(lambda r: (r[0], (1, int(r[2] is None))))
+    return dict(pairs.reduceByKey(lambda a, b: (a[0] + b[0], a[1] + b[1])).collect())
+
+
+def _write(
+    spark: SparkSession,
+    changes: Any,
+    settings: Settings,
+    options: dict[str, str],
+    count: int,
+    counts: dict[int, tuple[int, int]],
+    progress: Progress,
+) -> None:
+    """Step 7: raise LoadIncomplete if any partition's transaction did not commit.
+
+    Partitions without changes get no writer, so their load writers are fenced here: a
+    transaction a killed load left open on one would hold back the workers reading it
+    until the broker's transaction timeout.
+    """
+    topic = options["topic"]
+    idle = [p for p in range(count) if not counts.get(p, (0, 0))[0]]
+    transaction_timeout_ms = int(options["transactionTimeoutMs"])
+    fence_partitions(
+        writer_config(settings), topic, idle, transaction_timeout_ms=transaction_timeout_ms
+    )
+    total = sum(n for n, _ in counts.values())
+    if total == 0:
+        return
+    started = time.monotonic()
+    frame = spark.createDataFrame(changes, _CHANGES)
+    writer = frame.write.format(FORMAT).options(**options).mode("append")
+    with job_progress(SparkContext.getOrCreate(), f"write {topic}", progress):
         try:
-            encoded.foreachPartition(writer)
-        except Exception as exc:  # a Spark failure: report what the accumulator has
-            cause = f"Spark job failed: {_first_line(exc)}"
-    return sink.value, cause
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-@contextmanager
-def _job_progress(
-    context: SparkContext, description: str, progress: Progress, interval: float = 2.0
-) -> Iterator[None]:
-    """Report ``done/total`` Spark tasks of the jobs run inside the block, every ``interval``."""
-    group = f"worker-{uuid.uuid4().hex[:8]}"
-    context.setJobGroup(group, description)
-    stop = threading.Event()
-
-    def report() -> None:
-        tracker, last = context.statusTracker(), ""
-        while not stop.wait(interval):
-            done = total = 0
-            for job_id in tracker.getJobIdsForGroup(group):
-                job = tracker.getJobInfo(job_id)
-                for stage_id in job.stageIds if job else ():
-                    stage = tracker.getStageInfo(stage_id)
-                    if stage is not None:
-                        done, total = done + stage.numCompletedTasks, total + stage.numTasks
-            line = f"{description}: {done}/{total} Spark partitions written"
-            if total and line != last:
-                progress(line)
-                last = line
-
-    thread = threading.Thread(target=report, name="load-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            writer.save()
+        except Exception as exc:
+            cause = worker_error(exc)
+            raise LoadIncomplete(topic, total, str(cause or first_line(exc))) from None
+    progress(f"{topic}: {total} records committed, {rate(total, time.monotonic() - started)}")

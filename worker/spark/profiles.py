@@ -19,7 +19,7 @@ from worker.config import Settings
 from worker.examples import payments as app
 from worker.serde import JSON, STR
 from worker.spark.files import detect_format, read_input
-from worker.spark.load import LoadResult, Progress, load_table, quiet
+from worker.spark.load import LoadResult, Mode, Progress, load_table, quiet
 
 # Column types of the history files; explicit so CSV needs no inference pass.
 HISTORY_SCHEMA = "id STRING, account STRING, amount_cents LONG, ts LONG"
@@ -48,6 +48,7 @@ def load_account_profiles(
     partitions: int | None = None,
     co_partition_with: Sequence[str] = (app.PAYMENTS,),
     create: bool = False,
+    mode: Mode = "snapshot",
     progress: Progress = quiet,
 ) -> LoadResult:
     """Compute the profiles from history files (or a DataFrame) and load them.
@@ -74,6 +75,7 @@ def load_account_profiles(
         partitions=partitions,
         co_partition_with=co_partition_with,
         create=create,
+        mode=mode,
         check_unique_keys=False,  # grouped by the key: unique by construction
         progress=progress,
     )

@@ -19,9 +19,10 @@ def main() -> None:
     from worker.spark.cli import spark
 
     from_submit = {"master": ""}
+    load = {"account-profiles": from_submit, "table": from_submit}
     spark(
         prog_name="worker spark",
-        default_map={"load": {"account-profiles": from_submit, "table": from_submit}},
+        default_map={"load": load, "export": from_submit, "reconcile": from_submit},
     )
 
 

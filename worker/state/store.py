@@ -43,13 +43,14 @@ from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, rocksdb_errors
 from worker.state.store_format import (
     OFFSETS_FAMILY,
+    STREAM_TIME,
     encode_offset,
     is_db_file,
     load_metadata,
     offset_key,
 )
 from worker.state.store_scans import OpenScans, Scannable
-from worker.state.write_buffer import WriteBuffer
+from worker.state.write_buffer import WriteBuffer, WriteClock
 
 __all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
 
@@ -212,6 +213,14 @@ class Store(Scannable):
         """Read-only live view of the buffer (``None`` = delete)."""
         return self._buffer.entries
 
+    def pending_times(self) -> Mapping[bytes, int]:
+        """Read-only live view of each buffered key's write time (ms), for its changelog."""
+        return self._buffer.times
+
+    def stamp_writes(self, clock: WriteClock) -> None:
+        """Stamp every write from now on with ``clock.timestamp`` (the task's context)."""
+        self._buffer.clock = clock
+
     @property
     def pending_bytes(self) -> int:
         """Approximate bytes buffered (keys + values), kept up to date in O(1) per write."""
@@ -228,10 +237,16 @@ class Store(Scannable):
 
     def committed_offsets(self) -> dict[tuple[str, int], int]:
         """The changelog offsets stored with the data (a copy)."""
-        return dict(self._offsets)
+        return {tp: offset for tp, offset in self._offsets.items() if tp != STREAM_TIME}
 
-    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
-        """Atomically write the buffer and ``offsets`` (merged over the stored ones).
+    @property
+    def committed_stream_time(self) -> int:
+        """The task's stream time written by the last :meth:`commit` given one (-1: none)."""
+        return self._offsets.get(STREAM_TIME, -1)
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
+        """Atomically write the buffer and ``offsets`` (merged over the stored ones), with
+        the task's ``stream_time`` when it is known (>= 0).
 
         Steps: 1. nothing buffered and no offset changes -> return; 2. one WriteBatch
         holding every buffered put/delete plus the changed offsets; 3. one ``db.write``
@@ -244,6 +259,8 @@ class Store(Scannable):
         self._require_open()
         self._scans.close_all()
         changed = self._changed(offsets)
+        if stream_time > self._offsets.get(STREAM_TIME, -1):
+            changed[STREAM_TIME] = stream_time
         if not self._buffer and not changed:
             return
         self._write(self._buffer.entries.items(), changed, self._wal_on)

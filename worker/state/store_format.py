@@ -4,6 +4,8 @@ Layout of one store::
 
     default column family   user data, raw bytes keys and values
     "offsets" family        b"<topic> <partition>" -> 8-byte big-endian signed offset
+                            b" -1"                 -> the task's stream time (ms) at
+                                                      the commit (:data:`STREAM_TIME`)
                             b"format_version"      -> 8-byte big-endian version (1)
 
 Offset keys contain a space and topic names cannot, so the format record can never
@@ -28,6 +30,9 @@ FORMAT_VERSION = 1
 OFFSETS_FAMILY = "offsets"
 _FORMAT_KEY = b"format_version"
 _INT64 = struct.Struct(">q")
+# The stream time's entry among the offsets: topic "" is no topic's name, so it never
+# collides with a changelog's; kept where offsets are, it is written in their batch.
+STREAM_TIME = ("", -1)
 Records = Generator[tuple[bytes, bytes], None, None]
 
 _log = get_logger(component="store")

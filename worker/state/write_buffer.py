@@ -1,7 +1,8 @@
 """A store's write buffer: the writes of the current commit interval, by key.
 
-Processors write a store on every record, so a write must be cheap: a dict assignment
-and a running byte count, no RocksDB call. :meth:`Store.commit` writes the whole buffer in
+Processors write a store on every record, so a write must be cheap: two dict assignments
+(the value, and the time of the write for its changelog record) and a running byte count,
+no RocksDB call. :meth:`Store.commit` writes the whole buffer in
 one batch and then clears it.
 """
 
@@ -10,12 +11,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Protocol
 
 from worker.state.read_cache import Lookup
 from worker.state.rocksdb_errors import StoreClosedError
 
 _ABSENT = object()  # a key not in the buffer (None there means a buffered delete)
+
+
+class WriteClock(Protocol):
+    """Where a write's time comes from: the task's processor context, whose ``timestamp``
+    is the record (or punctuation) being processed, in ms."""
+
+    timestamp: int
+
+
+class _NoClock:
+    """Before the task points the buffer at its context: 0, the producer's own clock."""
+
+    timestamp = 0
 
 
 class WriteBuffer:
@@ -26,12 +40,26 @@ class WriteBuffer:
     anything but bytes, and every write once the store is closed (:meth:`close`), with
     ``StoreClosedError``.
 
+    ``times`` holds the time of each key's last write, read from ``clock`` (the task sets
+    it to its processor context, :meth:`worker.state.store.Store.stamp_writes`): the
+    changelog record of a write carries the timestamp of the record that wrote it.
+
     ``lookup`` is the entries' ``dict.get`` (``lookup(key, default)``), bound once: the
     dict is never replaced, only changed in place, so a caller may keep ``lookup`` for
     the buffer's whole life (``worker.state.read_path.ReadPath`` does). Owner thread only.
     """
 
-    __slots__ = ("_entries", "_bytes", "_closed", "_path", "lookup", "entries")
+    __slots__ = (
+        "_entries",
+        "_times",
+        "_bytes",
+        "_closed",
+        "_path",
+        "lookup",
+        "entries",
+        "times",
+        "clock",
+    )
 
     def __init__(self, path: Path) -> None:
         self._entries: Final[dict[bytes, bytes | None]] = {}
@@ -41,6 +69,10 @@ class WriteBuffer:
         self.lookup: Final[Lookup] = self._entries.get
         self.entries: Final[Mapping[bytes, bytes | None]] = MappingProxyType(self._entries)
         """A read-only live view of the entries, in the order their keys were first written."""
+        self._times: Final[dict[bytes, int]] = {}
+        self.times: Final[Mapping[bytes, int]] = MappingProxyType(self._times)
+        """A read-only live view of the time (ms) of each buffered key's last write."""
+        self.clock: WriteClock = _NoClock()
 
     @property
     def size_bytes(self) -> int:
@@ -57,6 +89,7 @@ class WriteBuffer:
         entries = self._entries
         old = entries.get(key, _ABSENT)
         entries[key] = value
+        self._times[key] = self.clock.timestamp
         if old is _ABSENT:
             self._bytes += len(key) + len(value)
         else:
@@ -69,6 +102,7 @@ class WriteBuffer:
         entries = self._entries
         old = entries.get(key, _ABSENT)
         entries[key] = None
+        self._times[key] = self.clock.timestamp
         if old is _ABSENT:
             self._bytes += len(key)
         elif old is not None:
@@ -84,6 +118,7 @@ class WriteBuffer:
     def clear(self) -> None:
         """Forget every buffered write (committed, or discarded)."""
         self._entries.clear()
+        self._times.clear()
         self._bytes = 0
 
     def close(self) -> None:

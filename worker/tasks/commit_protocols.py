@@ -37,11 +37,18 @@ class CommitFailed(WorkerError):
 
 class GroupOffsets(Protocol):
     """The group's committed source offsets, as the group member commits and reads them
-    (narrow, so tests can fake it)."""
+    (narrow, so tests can fake it). ``metadata`` is a string per offset: the committing
+    task's stream time (``worker.processing.timestamps.encode_stream_time``)."""
 
-    def commit(self, offsets: Mapping[TP, int]) -> None: ...
+    def commit(
+        self, offsets: Mapping[TP, int], metadata: Mapping[TP, str] | None = None
+    ) -> None: ...
 
     def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]: ...
+
+    def committed_with_metadata(
+        self, partitions: Iterable[TP]
+    ) -> dict[TP, tuple[int | None, str]]: ...
 
 
 class CommitProtocol(Protocol):
@@ -58,11 +65,17 @@ class CommitProtocol(Protocol):
         ...
 
 
-def _source_offsets(tasks: Sequence[Task]) -> dict[TP, int]:
+def _source_offsets(tasks: Sequence[Task]) -> tuple[dict[TP, int], dict[TP, str]]:
+    """The source offsets to commit and, for each, its task's stream time as metadata."""
     offsets: dict[TP, int] = {}
+    metadata: dict[TP, str] = {}
     for task in tasks:
-        offsets.update(task.source_offsets_to_commit())
-    return offsets
+        moved = task.source_offsets_to_commit()
+        if moved:
+            offsets.update(moved)
+            note = task.offset_metadata()
+            metadata.update(dict.fromkeys(moved, note))
+    return offsets, metadata
 
 
 class AtLeastOnceCommit:
@@ -71,7 +84,8 @@ class AtLeastOnceCommit:
     1. produce every running task's buffered store changes to its changelogs;
     2. flush the producer: every changelog and output record acknowledged;
     3. write each store's buffer with its acked changelog offset in one batch;
-    4. commit the source offsets through the group member (fenced by generation); when
+    4. commit the source offsets, with each task's stream time as their metadata,
+       through the group member (fenced by generation); when
        the group has just begun rebalancing they stay pending for the next commit.
 
     A crash before 3 leaves the stores at the previous commit (the changelog tail is
@@ -94,10 +108,10 @@ class AtLeastOnceCommit:
             raise CommitFailed("produce_failed", str(exc)) from exc
         for task in tasks:
             task.commit_stores(self._collector.acked)
-        offsets = _source_offsets(tasks)
+        offsets, metadata = _source_offsets(tasks)
         if offsets:
             try:
-                self._group_offsets.commit(offsets)
+                self._group_offsets.commit(offsets, metadata)
             except RebalanceInProgress:
                 # The group started a rebalance since the loop checked: the stores are
                 # committed, the source offsets stay pending and go with the next commit.
@@ -116,7 +130,8 @@ class ExactlyOnceCommit:
 
     1. produce every running task's buffered store changes to its changelogs (inside the
        transaction the first record of this commit opened, with the outputs);
-    2. commit the transaction with the source offsets and the member's group metadata;
+    2. commit the transaction with the source offsets (each task's stream time as their
+       metadata) and the member's group metadata;
     3. only then write each store's buffer with its changelog offset in one batch.
 
     A crash before 2 aborts the transaction (the next ``init_transactions`` of this
@@ -138,9 +153,9 @@ class ExactlyOnceCommit:
     def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
         for task in tasks:
             task.produce_changelogs()
-        offsets = _source_offsets(tasks)
+        offsets, metadata = _source_offsets(tasks)
         try:
-            self._transaction.commit(offsets, self._group_metadata())
+            self._transaction.commit(offsets, self._group_metadata(), metadata)
         except ProducerFenced as exc:
             raise CommitFailed("fenced", str(exc)) from exc
         except TransactionAborted as exc:

@@ -109,8 +109,9 @@ class Tasks:
             self.route.pop(tp, None)
 
     def _start_inputs(self, task: Task) -> None:
-        committed = self._group_offsets.committed(task.source_partitions)
-        self._consumer.add(task.start_positions(committed))
+        found = self._group_offsets.committed_with_metadata(task.source_partitions)
+        task.resume_stream_time({tp: metadata for tp, (_, metadata) in found.items()})
+        self._consumer.add(task.start_positions({tp: off for tp, (off, _) in found.items()}))
         for tp in task.source_partitions:
             self.route[tp] = task
 

@@ -4,6 +4,9 @@ A task owns its directory lock and its open stores from ``open()`` until ``close
 Processing writes go to the stores' write buffers; the commit protocol (run by the task
 manager across all tasks) produces the buffered changes to the changelogs, waits for the
 acks, then writes each store's buffer with its new changelog offset in one atomic batch.
+
+An active task's stream time is kept by its processor context; what it committed,
+and resumes from, by :mod:`worker.tasks.stream_time`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from worker.kafka.collector import RecordCollector
 from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
+from worker.processing import timestamps
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.topology import StoreSpec, Subtopology
@@ -31,6 +35,8 @@ from worker.state.store import Store
 from worker.state.ttl_store import open_store
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
+from worker.tasks.stream_time import CommittedStreamTime
+from worker.tasks.ttl_sweeps import sweep_expired
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class Task:
         self._consumed: dict[TP, int] = {}
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
+        self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics)
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self._last_checkpoint = ctx.clock.monotonic()
@@ -134,7 +141,13 @@ class Task:
         self.failures = ProcessingFailures(
             errors, settings.processing_exception_max_retries, self.log
         )
-        return TaskGraph(self.subtopology, str(self.id), self.stores, self._ctx.collector, errors)
+        extractor = timestamps.resolve(settings.timestamp_extractor)
+        sink = self._ctx.collector
+        graph = TaskGraph(self.subtopology, str(self.id), self.stores, sink, errors, extractor)
+        graph.context.stream_time = self._stream_times.value
+        for store in self.stores.values():
+            store.stamp_writes(graph.context)
+        return graph
 
     @property
     def is_active(self) -> bool:
@@ -163,6 +176,7 @@ class Task:
         self._fsm.log = self.log
         self._consumed.clear()
         self._committed_sources.clear()
+        self._stream_times.forget()
         self._produced.clear()
         self.failures = None
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
@@ -208,6 +222,7 @@ class Task:
         finally:
             self._close_stores()
             self._ctx.state_dir.unlock_task(self.id, self)
+            self._stream_times.close()
             self.transition(TaskState.CLOSED, "clean" if clean else "dirty")
 
     def _close_stores(self) -> None:
@@ -292,6 +307,25 @@ class Task:
                 positions[tp] = stored + 1
         return positions
 
+    @property
+    def stream_time(self) -> int:
+        """The largest record timestamp processed (ms; -1 before any): an active's
+        context's, otherwise the one of its last commit."""
+        graph = self._graph
+        return self._stream_times.value if graph is None else graph.context.stream_time
+
+    def resume_stream_time(self, metadata: Mapping[TP, str]) -> None:
+        """Resume from the latest stream time committed (``metadata``: the group's, of
+        the source offsets; the stores'; this task's own)."""
+        stored = [store.committed_stream_time for store in self.stores.values()]
+        resumed = self._stream_times.resume(metadata.values(), stored)
+        if self._graph is not None:
+            self._graph.context.stream_time = resumed
+
+    def offset_metadata(self) -> str:
+        """What to commit with the source offsets: the stream time."""
+        return self._stream_times.metadata(self.stream_time)
+
     def progress(self) -> int:
         """A number that changes whenever the task processes a record (for availability:
         the sum of its consumed offsets, so no counter is kept on the per-record path)."""
@@ -316,7 +350,9 @@ class Task:
     # -- commit protocol steps (called by the task manager, in order) ----------------
 
     def produce_changelogs(self) -> int:
-        """Step 1: send every buffered change of every logged store to its changelog."""
+        """Step 1: send every buffered change of every logged store to its changelog,
+        after each store with a TTL swept what expired (``ttl_sweeps.py``)."""
+        sweep_expired(str(self.id), self.stores, self.stream_time, self._ctx.metrics)
         sent = 0
         send = self._ctx.collector.send_changelog
         for name, store in self.stores.items():
@@ -325,19 +361,21 @@ class Task:
             topic, partition = self.changelogs[name]
             pending = store.pending()
             if pending:
-                send(topic, partition, pending.items())
+                send(topic, partition, pending.items(), store.pending_times())
                 self._produced.add((topic, partition))
             sent += len(pending)
         return sent
 
     def commit_stores(self, acked: Mapping[TP, int]) -> None:
-        """Step 3: each store's buffer plus its new changelog offset, one atomic batch.
+        """Step 3: each store's buffer plus its new changelog offset and the task's stream
+        time, one atomic batch.
 
         Only changelogs this task wrote in this commit take an acked offset: an offset
         acknowledged earlier (say, before the task moved away and came back) must never
         overwrite a newer one the store restored since.
         """
         produced, self._produced = self._produced, set()
+        stream_time = self.stream_time
         for name, store in self.stores.items():
             tp = self.changelogs[name]
             if self._specs[name].is_table:
@@ -345,7 +383,7 @@ class Task:
                 offset = self._consumed.get(tp)
             else:
                 offset = acked.get(tp) if tp in produced else None
-            store.commit({tp: offset} if offset is not None else {})
+            store.commit({tp: offset} if offset is not None else {}, stream_time)
 
     def source_offsets_to_commit(self) -> dict[TP, int]:
         """Step 4 input: next offset to consume for every source partition that moved."""
@@ -356,6 +394,9 @@ class Task:
         }
 
     def mark_sources_committed(self, offsets: Mapping[TP, int]) -> None:
+        """The group committed ``offsets`` (every task's): ours, with our stream time."""
+        if any(tp in offsets for tp in self.source_partitions):
+            self._stream_times.committed(self.stream_time)
         self._committed_sources.update(offsets)
         if self.failures is not None:
             self.failures.forget_committed(offsets)
@@ -382,8 +423,11 @@ class Task:
         self._ctx.metrics.checkpoint_writes.inc()
 
     def discard_uncommitted(self) -> None:
-        """Drop buffered writes and the consumed positions since the last commit."""
+        """Drop buffered writes, the consumed positions and the stream time since the
+        last commit (the records are processed again, from there)."""
         for store in self.stores.values():
             store.discard_pending()
+        if self._graph is not None:
+            self._graph.context.stream_time = self._stream_times.value
         self._consumed.clear()
         self._produced.clear()

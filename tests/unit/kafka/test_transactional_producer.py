@@ -50,7 +50,7 @@ class FakeProducer:
     def begin_transaction(self) -> None:
         self._call("begin_transaction")
 
-    def produce(self, topic: str, value: Any, key: Any, **kwargs: Any) -> None:
+    def produce(self, topic: str, value: Any, key: Any, *args: Any, **kwargs: Any) -> None:
         self.calls.append("produce")
         self.unacked += 1
 

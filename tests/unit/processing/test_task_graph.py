@@ -73,8 +73,11 @@ def stream(fn: Processor, stores: tuple[str, ...] = ()) -> Topology:
     return topology.add_processor("p", fn, parents=["in"], stores=list(stores))
 
 
+T0 = 1_700_000_000_000  # every record's timestamp: outputs carry it
+
+
 def send(graph: TaskGraph, key: bytes | None, value: bytes | None, offset: int = 0) -> None:
-    feed(graph, "input", 1, offset, 1_700_000_000_000, key, value)
+    feed(graph, "input", 1, offset, T0, key, value)
 
 
 # -- stores --------------------------------------------------------------------------
@@ -198,7 +201,7 @@ def test_a_table_is_readable_but_not_writable_by_processors(
     send(graph, b"a", b"{}")
 
     assert attempts == ["put", "put None", "delete"]
-    assert collector.sent == [SentRecord("output", None, b"a", b'{"mean":10}')]
+    assert collector.sent == [SentRecord("output", None, b"a", b'{"mean":10}', timestamp=T0)]
     assert dict(raw["profiles"].pending()) == {b"a": b'{"mean": 10}'}
 
 
@@ -279,7 +282,7 @@ def test_records_flow_through_a_chain_of_processors_to_a_sink(collector: FakeCol
 
     send(graph, b"a", b"1")
 
-    assert collector.sent == [SentRecord("output", None, b"a", b"4")]
+    assert collector.sent == [SentRecord("output", None, b"a", b"4", timestamp=T0)]
 
 
 def test_an_error_in_a_processor_propagates_and_the_next_record_runs_normally(
@@ -356,10 +359,10 @@ def test_sinks_serialise_with_their_serdes_and_hand_bytes_to_the_collector(
     send(graph, b"gone", b"null")
 
     assert collector.sent == [
-        SentRecord("json-out", None, b"k", b'"v"'),
-        SentRecord("str-out", None, b'"k"', b"v"),
-        SentRecord("json-out", None, b"gone", None),
-        SentRecord("str-out", None, b'"gone"', None),
+        SentRecord("json-out", None, b"k", b'"v"', timestamp=T0),
+        SentRecord("str-out", None, b'"k"', b"v", timestamp=T0),
+        SentRecord("json-out", None, b"gone", None, timestamp=T0),
+        SentRecord("str-out", None, b'"gone"', None, timestamp=T0),
     ]
     assert collector.changelog == []
 
@@ -370,7 +373,7 @@ def test_a_sink_can_read_a_source_directly(collector: FakeCollector) -> None:
 
     send(graph, b"k", b"\x00\xff")
 
-    assert collector.sent == [SentRecord("output", None, b"k", b"\x00\xff")]
+    assert collector.sent == [SentRecord("output", None, b"k", b"\x00\xff", timestamp=T0)]
 
 
 # -- tables --------------------------------------------------------------------------

@@ -13,9 +13,22 @@ from worker.kafka.table_writer import (
     TableWriteFailed,
     TableWriter,
     WriteSummary,
-    write_table,
     writer_config,
 )
+
+
+def write_table(config, topic, num_partitions, records, timeout=5.0, *, producer_factory):
+    """One writer over ``records``, stopping at the first failure, as a task uses it."""
+    writer = TableWriter(config, topic, num_partitions, producer_factory=producer_factory)
+    try:
+        for partition, key, value in records:
+            if not writer.write(partition, key, value):
+                break
+    finally:
+        summary = writer.finish(timeout)
+    if not summary.ok:
+        raise TableWriteFailed(topic, summary)
+    return summary
 
 
 class FakeMsg:
