@@ -13,8 +13,8 @@ standby rebuilds it record by record (:class:`IndexingBatch`), so the index is e
 there too: a restored write or tombstone also drops the key's previous entry.
 
 Interactive queries filter on :attr:`TtlStore.stream_time_ms`, the latest stream time
-this store heard of (a sweep's, or on a restore the write time of the newest record
-restored), so they may show a key for a moment after it expired, never before.
+this store heard of (a sweep's, the one committed with it, or on a restore the write
+time of the newest record restored), so they may show a key for a moment after it expired, never before.
 
 Owner thread only, except ``get_committed`` and ``read_committed_range`` (as ``Store``).
 """
@@ -74,7 +74,7 @@ class TtlStore(Store):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.ttl_ms = 1
-        self.stream_time_ms = -1
+        self.stream_time_ms = self.committed_stream_time  # the task's, at its last commit
         self._index: dict[bytes, bytes | None] = {}  # local index writes (None: delete)
         self._writes = 0  # puts since the last sweep: the next sweep's budget
         # The last index entry a sweep deleted: every entry before it is deleted too, so

@@ -159,3 +159,16 @@ def test_a_late_write_expiring_before_the_last_swept_entry_is_still_swept(
     assert store.sweep(now_ms=125).evicted == 2  # late and k2
     store.commit({})
     assert index_of(store) == []
+
+
+def test_after_a_reopen_committed_reads_filter_on_the_stream_time_committed(
+    tmp_path: Path, env: RocksDBEnv, store: TtlStore
+) -> None:
+    store.put_at(b"a", b"1", write_ms=0)
+    store.commit({}, stream_time=150)
+    store.close()
+    reopened = open_store(tmp_path / "s", env, "s", TTL)
+    try:
+        assert reopened.get_committed(b"a") is None  # expired at 100, before any sweep
+    finally:
+        reopened.close()
