@@ -323,8 +323,9 @@ def churn(path: Path, title: str, rows: Sequence[tuple[float, float, float, floa
     done = [r[0] for r in rows]
     ax.plot(done, [r[1] for r in rows], label="changelog records", lw=1.8)
     ax.plot(done, [r[2] for r in rows], label="changelog live keys", lw=1.8)
+    ax.set_yscale("log")  # a million records beside a few thousand live keys
     ax.set_xlabel("records in (distinct keys)")
-    ax.set_ylabel("records, keys")
+    ax.set_ylabel("records, keys (log)")
     ax.grid(alpha=0.3)
     disk = ax.twinx()
     disk.plot(done, [r[3] for r in rows], label="RocksDB MiB", color="grey", lw=1.2, ls="--")
