@@ -196,6 +196,18 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.punctuations = Counter(
+            "worker_punctuations_total",
+            "Punctuator runs by active tasks (stream time or wall clock)",
+            ["task", "kind"],
+            registry=r,
+        )
+        self.punctuation_seconds = Histogram(
+            "worker_punctuation_seconds",
+            "Time one punctuator run took (its store reads and writes, its forwards)",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+            registry=r,
+        )
         self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
         self.commit_seconds = Histogram(
             "worker_commit_seconds",
@@ -243,5 +255,22 @@ class Metrics:
         self.rocksdb_memtable_bytes = Gauge(
             "worker_rocksdb_memtable_bytes",
             "Bytes of memtables across all stores (RocksDB's write buffer manager)",
+            registry=r,
+        )
+        self.ttl_evictions = Counter(
+            "worker_ttl_evictions",
+            "Expired keys a TTL sweep deleted (each with a changelog tombstone)",
+            ["task", "store"],
+            registry=r,
+        )
+        self.ttl_sweep_backlog = Gauge(
+            "worker_ttl_sweep_backlog",
+            "Expired keys left for the next sweep after the last one (counted up to a cap)",
+            ["task", "store"],
+            registry=r,
+        )
+        self.store_open_iterators = Gauge(
+            "worker_store_open_iterators",
+            "Range and prefix scans open over all stores (each commit closes its task's)",
             registry=r,
         )

@@ -35,6 +35,7 @@ from worker.processing.timestamps import INVALID_TIMESTAMP
 DESERIALIZATION_ERROR = "deserialization_error"
 RECORD_TOO_LARGE = "record_too_large"
 PROCESSING_ERROR = "processing_error"
+PUNCTUATION_ERROR = "punctuation_error"  # a punctuator's run, skipped: no record to keep
 
 HEADER_PREFIX = "__worker.errors."
 _MAX_HEADER_BYTES = 8192  # error texts and stack traces are cut to this
@@ -146,6 +147,17 @@ class RecordErrorHandler:
         """A record whose processing raised on every attempt: fail, or skip it."""
         self._apply(record, self.processing, PROCESSING_ERROR, exc, stacktrace)
 
+    def punctuation_skipped(self, punctuation: str, exc: BaseException) -> None:
+        """A punctuator failed on every attempt under a skipping policy: its run is
+        skipped, counted and logged (also under ``dead_letter``: there is no record)."""
+        self._metrics.skipped_records.labels(reason=PUNCTUATION_ERROR).inc()
+        self._warn(
+            "punctuation.skipped",
+            punctuation=punctuation,
+            policy=self.processing.value,
+            error=describe(exc),
+        )
+
     def _apply(
         self,
         record: BadRecord,
@@ -211,19 +223,21 @@ class RecordErrorHandler:
     def _log_skip(
         self, record: BadRecord, policy: ExceptionPolicy, reason: str, exc: BaseException
     ) -> None:
-        """One warning a second at most; the lines left out are counted in the next one."""
-        now = self._clock.monotonic()
-        if now - self._last_log < LOG_INTERVAL_S:
-            self._suppressed += 1
-            return
-        self._log.warning(
+        self._warn(
             RECORD_SKIPPED,
             reason=reason,
             policy=policy.value,
             record=record.coordinates,
             error=describe(exc),
-            suppressed=self._suppressed,
         )
+
+    def _warn(self, event: str, **fields: Any) -> None:
+        """One warning a second at most; the lines left out are counted in the next one."""
+        now = self._clock.monotonic()
+        if now - self._last_log < LOG_INTERVAL_S:
+            self._suppressed += 1
+            return
+        self._log.warning(event, **fields, suppressed=self._suppressed)
         self._last_log, self._suppressed = now, 0
 
 

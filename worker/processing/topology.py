@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from worker.processing.context import ProcessorContext
 
 ProcessorFn = Callable[["ProcessorContext", Any, Any], None]
+# Runs when a task starts running the processor; may ctx.schedule punctuators.
+InitFn = Callable[["ProcessorContext"], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class ProcessorNode:
     fn: ProcessorFn
     parents: tuple[str, ...]
     stores: tuple[str, ...]
+    init: InitFn | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,7 @@ class StoreSpec:
     key_serde: Serde
     value_serde: Serde
     source_topic: str | None = None  # tables: the topic that is source and changelog
+    ttl_ms: int | None = None  # keys expire this long after their write (stream time)
     # windowed stores (add_window_store, add_session_store; sliding windows live in a
     # session-shaped store, for windowed aggregations): their windows and retention
     windows: TimeWindows | SlidingWindows | SessionWindows | None = None
@@ -171,12 +175,24 @@ class Topology:
         return self
 
     def add_store(
-        self, name: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+        self,
+        name: str,
+        key_serde: Serde = BYTES,
+        value_serde: Serde = BYTES,
+        *,
+        ttl_ms: int | None = None,
     ) -> Topology:
-        """A key-value store with its own changelog topic, for processors that list it."""
+        """A key-value store with its own changelog topic, for processors that list it.
+
+        ``ttl_ms``: each key expires that long after its last write, in stream time
+        (``docs/time.md``, Per-key TTL); expired keys read as absent and are deleted, with
+        a changelog tombstone, by a sweep at each commit.
+        """
         if not name or name in self._stores or name in self._order:
             raise TopologyError(f"name {name!r} is empty or already used")
-        self._stores[name] = StoreSpec(name, key_serde, value_serde)
+        if ttl_ms is not None and (type(ttl_ms) is not int or ttl_ms < 1):
+            raise TopologyError(f"store {name!r}: ttl_ms must be an int >= 1 (ms), got {ttl_ms!r}")
+        self._stores[name] = StoreSpec(name, key_serde, value_serde, ttl_ms=ttl_ms)
         return self
 
     def add_window_store(
@@ -235,17 +251,30 @@ class Topology:
         return self
 
     def add_processor(
-        self, name: str, fn: ProcessorFn, parents: Sequence[str], stores: Sequence[str] = ()
+        self,
+        name: str,
+        fn: ProcessorFn,
+        parents: Sequence[str],
+        stores: Sequence[str] = (),
+        *,
+        init: InitFn | None = None,
     ) -> Topology:
-        """``fn(ctx, key, value)`` runs for every record its parents forward."""
+        """``fn(ctx, key, value)`` runs for every record its parents forward.
+
+        ``init(ctx)`` runs each time a task starts running this processor as an active
+        task (after its restore, a recycle from standby or a revival), with the processor
+        as the current node: the place to ``ctx.schedule`` its punctuators.
+        """
         if not callable(fn):
             raise TopologyError(f"processor {name!r}: fn is not callable")
+        if init is not None and not callable(init):
+            raise TopologyError(f"processor {name!r}: init is not callable")
         self._check_parents(name, parents)
         for store in stores:
             if store not in self._stores:
                 raise TopologyError(f"processor {name!r} uses unknown store {store!r}")
         self._claim(name)
-        self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores))
+        self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores), init)
         return self
 
     def add_sink(

@@ -1,4 +1,5 @@
-"""The data work of one loop iteration: restore a batch -> consume -> process -> commit.
+"""The data work of one loop iteration: restore a batch -> consume -> process -> punctuate
+-> commit.
 
 The worker runs the iteration (:meth:`worker.runtime.worker.Worker._iterate`): it applies
 the group member's messages, calls :meth:`ProcessingLoop.step` for the data work, then
@@ -80,6 +81,7 @@ class ProcessingLoop:
                 self._parts.router.process(messages)
         elif not reading:
             self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
+        self._parts.router.punctuate()  # also without records: wall-clock punctuators
         self._collector.poll()
         now = self._clock.monotonic()
         over = self._over_memory_bound()

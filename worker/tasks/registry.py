@@ -77,6 +77,8 @@ class Tasks:
             task.revived = False
             task.transition(TaskState.RUNNING, "restored")
             self._start_inputs(task)
+            if task.punctuators is not None:  # after the stream time it resumes with
+                task.punctuators.start(task.stream_time)
         if finished:
             self.on_change()
 

@@ -1,4 +1,5 @@
-"""Routes fetched records to their tasks and says whose fault a failed record is.
+"""Routes fetched records to their tasks, runs their punctuators, and says whose fault a
+failed record (or punctuation) is.
 
 A record whose processing raises (a task's :class:`RunFailed` names it) is the record's
 fault, handed to its task's :class:`ProcessingFailures`, unless the worker says otherwise:
@@ -14,9 +15,11 @@ from typing import Any
 from worker.errors import OutputFailed, TransactionAborted, WorkerError
 from worker.observability import get_logger
 from worker.processing.handlers import describe
+from worker.processing.punctuators import PunctuationFailed
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.failures import RunFailed
 from worker.tasks.registry import Tasks
+from worker.tasks.state import TaskState
 from worker.tasks.task import Task
 
 
@@ -62,6 +65,28 @@ class RecordRouter:
         if processed:
             self._counted(processed)
         return processed
+
+    def punctuate(self) -> int:
+        """Run the due punctuators of every running active task (once per loop batch,
+        after processing, before the commit check). Returns the number of runs.
+
+        A punctuator that raises is handled as a record whose processing raised (see
+        ``_run_failed``): a :class:`RunFailed` names its
+        :class:`~worker.processing.punctuators.Punctuation`. A task revived by another's
+        failure (exactly-once) is passed over until it runs again.
+        """
+        fired = 0
+        for task in self._tasks.running_actives():
+            if task.state is not TaskState.RUNNING or task.punctuators is None:
+                continue
+            try:
+                fired += task.punctuators.punctuate(task.stream_time)
+            except PunctuationFailed as exc:
+                failed = RunFailed(-1, exc.punctuation, exc.error)
+            else:
+                continue
+            self._run_failed(task, failed)  # out of the handler, as in process()
+        return fired
 
     def _counted(self, processed: int) -> None:
         metrics = self._tasks.ctx.metrics

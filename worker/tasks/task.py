@@ -27,6 +27,7 @@ from worker.observability import Metrics, get_logger
 from worker.processing import timestamps
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
+from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
@@ -36,6 +37,7 @@ from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
 from worker.tasks.stream_time import CommittedStreamTime
+from worker.tasks.ttl_sweeps import sweep_expired
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Task:
         self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics)
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
+        self.punctuators: TaskPunctuators | None = None  # an active's, with its graph
         self._last_checkpoint = ctx.clock.monotonic()
         # Restoring after a revival (closed dirty and restarted), not after an assignment:
         # the availability tracker charges the wait to "revive" instead of "restore".
@@ -92,7 +95,11 @@ class Task:
         return self._fsm.state
 
     def transition(self, target: TaskState, reason: str = "") -> None:
+        """A task that stops running drops its punctuation schedules (no final one)."""
+        running = self._fsm.state is TaskState.RUNNING
         self._fsm.transition(target, reason)
+        if running and self.punctuators is not None:
+            self.punctuators.stop()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -148,6 +155,8 @@ class Task:
         graph.context.stream_time = self._stream_times.value
         for store in self.stores.values():
             store.stamp_writes(graph.context)
+        clock, metrics, processors = self._ctx.clock, self._ctx.metrics, self.subtopology.processors
+        self.punctuators = TaskPunctuators(graph.context, processors, clock, metrics, self.failures)
         return graph
 
     @property
@@ -179,7 +188,7 @@ class Task:
         self._committed_sources.clear()
         self._stream_times.forget()
         self._produced.clear()
-        self.failures = None
+        self.failures = self.punctuators = None
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
 
     def _migrate_checkpoint(self) -> None:
@@ -344,14 +353,19 @@ class Task:
         return sum(store.pending_bytes for store in self.stores.values())
 
     def needs_commit(self) -> bool:
-        return bool(self.source_offsets_to_commit()) or any(
-            store.pending() for store in self.stores.values()
+        punctuated = self.punctuators is not None and self.punctuators.ran
+        return (
+            punctuated
+            or bool(self.source_offsets_to_commit())
+            or any(store.pending() for store in self.stores.values())
         )
 
     # -- commit protocol steps (called by the task manager, in order) ----------------
 
     def produce_changelogs(self) -> int:
-        """Step 1: send every buffered change of every logged store to its changelog."""
+        """Step 1: send every buffered change of every logged store to its changelog,
+        after each store with a TTL swept what expired (``ttl_sweeps.py``)."""
+        sweep_expired(str(self.id), self.stores, self.stream_time, self._ctx.metrics)
         sent = 0
         send = self._ctx.collector.send_changelog
         for name, store in self.stores.items():
@@ -374,6 +388,8 @@ class Task:
         overwrite a newer one the store restored since.
         """
         produced, self._produced = self._produced, set()
+        if self.punctuators is not None:
+            self.punctuators.ran = False  # what they did is in this commit
         stream_time = self.stream_time
         for name, store in self.stores.items():
             tp = self.changelogs[name]

@@ -300,6 +300,17 @@ def test_a_processor_must_be_callable() -> None:
         Topology().add_source("in", "input").add_processor("p", "noop", parents=["in"])  # type: ignore[arg-type]
 
 
+def test_a_processor_init_must_be_callable_and_is_kept_with_the_processor() -> None:
+    with pytest.raises(TopologyError, match="processor 'p': init is not callable"):
+        Topology().add_source("in", "input").add_processor("p", noop, ["in"], init="x")  # type: ignore[arg-type]
+
+    def init(ctx: object) -> None:
+        pass
+
+    built = Topology().add_source("in", "input").add_processor("p", noop, ["in"], init=init)
+    assert built.build().subtopologies[0].processors[0].init is init
+
+
 def test_a_refused_node_leaves_its_name_free() -> None:
     topology = Topology().add_source("in", "input")
     with pytest.raises(TopologyError):
