@@ -10,8 +10,18 @@ Off the processing path. The member never blocks its caller for a rebalance: a j
 (:func:`group_coordinator.start_join`), and :meth:`GroupMember.poll` only looks at how it
 is going and returns what came of it as messages (:class:`Assigned`, :class:`Lost`). The
 processing loop applies them between batches, so records keep flowing, restores and
-standbys keep reading and HTTP keeps answering while the group rebalances. Only commits
-wait: they need a settled generation (:attr:`GroupMember.can_commit`).
+standbys keep reading and HTTP keeps answering while the group rebalances.
+
+Commits through the join phase. A commit is fenced by the generation it names
+(:attr:`GroupMember.commit_generation`). While our JoinGroup waits for the others (the
+group is PreparingRebalance, nearly all of a round), the generation the member was in
+is still the group's current one, and Kafka's coordinator accepts offset commits and
+TxnOffsetCommits naming it; so the member keeps committing with it. Only between the
+JoinGroup answer and the assignment (SYNCING: the group is CompletingRebalance, its
+generation already bumped) is no commit possible, and the runtime defers it. A commit
+that races the JoinGroup answer names the old generation and is refused
+(``ILLEGAL_GENERATION``): under exactly-once its transaction aborts and the tasks in it
+are revived (docs/platform-notes.md).
 
 Cooperative rebalancing (KIP-429). The assignor declares the cooperative protocol, the
 subscription carries the tasks this member owns, and the leader never gives a task to a
@@ -120,6 +130,9 @@ class GroupMember:
         )
         self._join: Future | None = None  # the join under way on kafka-python's IO thread
         self._join_generation = -1  # the generation the member was in when the join began
+        # (generation, member id) the member held when the join began, while the group
+        # still accepts commits naming it (module doc); None when it held none.
+        self._held: tuple[int, str] | None = None
         self._owned: frozenset[TaskId] = frozenset()  # actives of the latest assignment
         self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
         self._rebalance_requests = 0
@@ -190,10 +203,22 @@ class GroupMember:
         )
 
     @property
+    def commit_generation(self) -> tuple[int, str] | None:
+        """The (generation, member id) a commit names now, None when none can be made:
+        the current one while stable or revoking; while joining, the one held when the
+        join began until its JoinGroup is answered (module doc)."""
+        state = self._fsm.state
+        if state in (MemberState.STABLE, MemberState.REVOKING):
+            return self._group_metadata()
+        held = self._held
+        if state is MemberState.JOINING and held is not None:
+            return held if self._group_metadata() == held else None
+        return None
+
+    @property
     def can_commit(self) -> bool:
-        """Whether a commit fenced by the generation can be made now: the member holds the
-        assignment of its current generation (stable, or handing over revoked tasks)."""
-        return self._fsm.state in (MemberState.STABLE, MemberState.REVOKING)
+        """Whether a commit fenced by the generation can be made now (:attr:`commit_generation`)."""
+        return self.commit_generation is not None
 
     @property
     def rebalancing(self) -> bool:
@@ -300,9 +325,18 @@ class GroupMember:
             )
         )
         self._rebalance_reason = None  # this join carries everything the request was about
+        self._held = self._held_for_join()
         self._join_generation = self.generation
         self._join = group_coordinator.start_join(consumer)
         self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
+
+    def _held_for_join(self) -> tuple[int, str] | None:
+        """The generation commits may name during this join: the one held when stable or
+        revoking; a retried join keeps it while the member is still in it."""
+        held = self._group_metadata()
+        if self._fsm.state in (MemberState.STABLE, MemberState.REVOKING):
+            return held if held[0] >= 0 else None
+        return self._held if self._held == held else None
 
     def request_rebalance(self, reason: str) -> None:
         """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the
@@ -321,14 +355,14 @@ class GroupMember:
     def commit(self, offsets: Mapping[TP, int], timeout_ms: int | None = None) -> None:
         """Synchronously commit next-offsets-to-consume, fenced by the current generation.
 
-        Raises RebalanceInProgress while the group rebalances (retry once stable; every
-        task is still ours), TaskMigrated when the group went on without this member, and
+        Raises RebalanceInProgress while the group rebalances (kafka-python's commit
+        needs a settled generation; retry then, every task is still ours), TaskMigrated when the group went on without this member, and
         KafkaUnavailable on timeouts or no coordinator.
         """
         if not offsets:
             return
         consumer = self._require()
-        if not self.can_commit:
+        if self._fsm.state not in (MemberState.STABLE, MemberState.REVOKING):
             raise RebalanceInProgress(f"the group member is {self._fsm.state.value}")
         request = {
             TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()

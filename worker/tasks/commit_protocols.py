@@ -15,6 +15,7 @@ from typing import Protocol
 
 from worker.assignment.task_id import TP
 from worker.errors import (
+    GenerationMoved,
     KafkaUnavailable,
     ProduceFailed,
     ProducerFenced,
@@ -114,10 +115,16 @@ class AtLeastOnceCommit:
 class ExactlyOnceCommit:
     """exactly_once_v2, in order:
 
-    1. produce every running task's buffered store changes to its changelogs (inside the
+    1. take the group metadata the commit is fenced with: the generation the member may
+       commit in now, the one it held when its join began while that join's JoinGroup
+       is unanswered (raises RebalanceInProgress, before anything is sent, when there is
+       none: the commit waits and the transaction stays open);
+    2. produce every running task's buffered store changes to its changelogs (inside the
        transaction the first record of this commit opened, with the outputs);
-    2. commit the transaction with the source offsets and the member's group metadata;
-    3. only then write each store's buffer with its changelog offset in one batch.
+    3. commit the transaction with the source offsets and that group metadata; a group
+       that moved on meanwhile refuses the offsets and the transaction aborts
+       (``generation_moved``);
+    4. only then write each store's buffer with its changelog offset in one batch.
 
     A crash before 2 aborts the transaction (the next ``init_transactions`` of this
     transactional.id does it): stores and Kafka both stay at the previous commit. A crash
@@ -136,13 +143,16 @@ class ExactlyOnceCommit:
         self._group_metadata = group_metadata
 
     def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
+        metadata = self._group_metadata()
         for task in tasks:
             task.produce_changelogs()
         offsets = _source_offsets(tasks)
         try:
-            self._transaction.commit(offsets, self._group_metadata())
+            self._transaction.commit(offsets, metadata)
         except ProducerFenced as exc:
             raise CommitFailed("fenced", str(exc)) from exc
+        except GenerationMoved as exc:
+            raise CommitFailed("generation_moved", str(exc)) from exc
         except TransactionAborted as exc:
             raise CommitFailed("transaction_failed", str(exc)) from exc
         for task in tasks:
@@ -159,7 +169,6 @@ class GroupMemberView(GroupOffsets, Protocol):
     """What exactly-once also needs of the member: the generation that fences commits."""
 
     @property
-    def generation(self) -> int: ...
-
-    @property
-    def member_id(self) -> str: ...
+    def commit_generation(self) -> tuple[int, str] | None:
+        """(generation, member id) a commit names now; None while none can be made."""
+        ...

@@ -7,6 +7,7 @@ revives tasks and keeps the ``.checkpoint`` files in step with it.
 
 from __future__ import annotations
 
+from worker.errors import RebalanceInProgress
 from worker.observability import get_logger
 from worker.tasks.commit_protocols import CommitFailed, CommitProtocol
 from worker.tasks.registry import Tasks
@@ -27,9 +28,11 @@ class TaskCommitter:
 
         A commit that cannot complete drops the uncommitted work of every running task
         and revives them from their last committed state (a log line and
-        ``worker_task_revivals_total``); the process keeps going. Returns False when there
-        was nothing to commit or the commit failed. Raises TaskMigrated when the group
-        went on without this instance.
+        ``worker_task_revivals_total``); the process keeps going. One the group cannot
+        take yet (it is syncing; nothing was sent) waits for the next. Each outcome is
+        counted in ``worker_commits_total{result}``: committed, deferred, or the
+        failure's reason. Returns False when there was nothing to commit or the commit
+        did not happen. Raises TaskMigrated when the group went on without this instance.
         """
         self._checkpoint_standbys()
         running = self._tasks.running_actives()
@@ -39,14 +42,19 @@ class TaskCommitter:
         try:
             with metrics.commit_seconds.time():
                 offsets = self._protocol(running)
+        except RebalanceInProgress as exc:
+            self._log.info("commit.deferred", reason=str(exc))
+            metrics.commits.labels(result="deferred").inc()
+            return False
         except CommitFailed as exc:
             self._log.warning("commit.failed", reason=exc.reason, error=str(exc))
+            metrics.commits.labels(result=exc.reason).inc()
             self._tasks.revive(running, exc.reason, str(exc))
             return False
         for task in running:
             task.mark_sources_committed(offsets)
             task.maybe_write_checkpoint()
-        metrics.commits.inc()
+        metrics.commits.labels(result="committed").inc()
         return True
 
     def abort(self) -> bool:

@@ -183,7 +183,7 @@ def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
 
     assert harness.collector.flushes == flushes
     assert len(harness.group_offsets.commits) == 1
-    assert harness.metric("worker_commits_total") == 1
+    assert harness.metric("worker_commits_total", result="committed") == 1
 
 
 def test_commit_writes_the_checkpoint_only_after_the_checkpoint_interval(
