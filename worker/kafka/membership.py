@@ -12,16 +12,19 @@ is going and returns what came of it as messages (:class:`Assigned`, :class:`Los
 processing loop applies them between batches, so records keep flowing, restores and
 standbys keep reading and HTTP keeps answering while the group rebalances.
 
-Commits through the join phase. A commit is fenced by the generation it names
-(:attr:`GroupMember.commit_generation`). While our JoinGroup waits for the others (the
-group is PreparingRebalance, nearly all of a round), the generation the member was in
-is still the group's current one, and Kafka's coordinator accepts offset commits and
-TxnOffsetCommits naming it; so the member keeps committing with it. Only between the
-JoinGroup answer and the assignment (SYNCING: the group is CompletingRebalance, its
-generation already bumped) is no commit possible, and the runtime defers it. A commit
-that races the JoinGroup answer names the old generation and is refused
-(``ILLEGAL_GENERATION``): under exactly-once its transaction aborts and the tasks in it
-are revived (docs/platform-notes.md).
+Commits through a rebalance. A transactional offset commit is fenced by the generation
+it names, never by the group's state: Kafka's coordinator (``ClassicGroup
+.validateOffsetCommit``, and ``GroupCoordinator.validateOffsetCommit`` before it) checks
+only that the member is in the group and that the generation is the group's current one
+(plain offset commits are refused while the group completes a rebalance; transactional
+ones are not). Whenever the member holds a generation it therefore names the newest it
+knows (:attr:`GroupMember.commit_generation`): the one it was in while its JoinGroup
+waits for the others, the new one from the JoinGroup answer while the assignment is
+synced. Its tasks stay its own through both phases (cooperative: the leader moves no
+task out of a generation in which its owner still holds it). A commit that races the
+JoinGroup answer names the generation just ended and is refused (``ILLEGAL_GENERATION``):
+under exactly-once its transaction aborts and the running tasks are revived
+(docs/platform-notes.md). The test broker checks no generation at all.
 
 Cooperative rebalancing (KIP-429). The assignor declares the cooperative protocol, the
 subscription carries the tasks this member owns, and the leader never gives a task to a
@@ -130,9 +133,6 @@ class GroupMember:
         )
         self._join: Future | None = None  # the join under way on kafka-python's IO thread
         self._join_generation = -1  # the generation the member was in when the join began
-        # (generation, member id) the member held when the join began, while the group
-        # still accepts commits naming it (module doc); None when it held none.
-        self._held: tuple[int, str] | None = None
         self._owned: frozenset[TaskId] = frozenset()  # actives of the latest assignment
         self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
         self._rebalance_requests = 0
@@ -204,16 +204,13 @@ class GroupMember:
 
     @property
     def commit_generation(self) -> tuple[int, str] | None:
-        """The (generation, member id) a commit names now, None when none can be made:
-        the current one while stable or revoking; while joining, the one held when the
-        join began until its JoinGroup is answered (module doc)."""
-        state = self._fsm.state
-        if state in (MemberState.STABLE, MemberState.REVOKING):
-            return self._group_metadata()
-        held = self._held
-        if state is MemberState.JOINING and held is not None:
-            return held if self._group_metadata() == held else None
-        return None
+        """The (generation, member id) a commit names now: the newest generation the
+        member knows, joining and syncing included (module doc); None while it holds none
+        (before its first JoinGroup answer, dropped, or left)."""
+        if self._fsm.state in (MemberState.UNJOINED, MemberState.LEFT):
+            return None
+        generation, member_id = self._group_metadata()
+        return (generation, member_id) if generation >= 0 and member_id else None
 
     @property
     def can_commit(self) -> bool:
@@ -325,18 +322,9 @@ class GroupMember:
             )
         )
         self._rebalance_reason = None  # this join carries everything the request was about
-        self._held = self._held_for_join()
         self._join_generation = self.generation
         self._join = group_coordinator.start_join(consumer)
         self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
-
-    def _held_for_join(self) -> tuple[int, str] | None:
-        """The generation commits may name during this join: the one held when stable or
-        revoking; a retried join keeps it while the member is still in it."""
-        held = self._group_metadata()
-        if self._fsm.state in (MemberState.STABLE, MemberState.REVOKING):
-            return held if held[0] >= 0 else None
-        return self._held if self._held == held else None
 
     def request_rebalance(self, reason: str) -> None:
         """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the

@@ -48,7 +48,7 @@ def choose_guarantee(settings: Settings, process_id: str, metrics: Metrics) -> G
             def metadata() -> bytes:
                 held = member.commit_generation
                 if held is None:
-                    raise RebalanceInProgress("the group is syncing: no generation to commit in")
+                    raise RebalanceInProgress("the member holds no generation to commit in")
                 generation, member_id = held
                 return group_metadata(
                     settings.application_id, generation, member_id, settings.group_instance_id

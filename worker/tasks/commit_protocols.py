@@ -115,20 +115,19 @@ class AtLeastOnceCommit:
 class ExactlyOnceCommit:
     """exactly_once_v2, in order:
 
-    1. take the group metadata the commit is fenced with: the generation the member may
-       commit in now, the one it held when its join began while that join's JoinGroup
-       is unanswered (raises RebalanceInProgress, before anything is sent, when there is
-       none: the commit waits and the transaction stays open);
+    1. check that the member holds a generation to commit in (else RebalanceInProgress,
+       before anything is sent: the commit waits, the transaction stays open);
     2. produce every running task's buffered store changes to its changelogs (inside the
        transaction the first record of this commit opened, with the outputs);
-    3. commit the transaction with the source offsets and that group metadata; a group
-       that moved on meanwhile refuses the offsets and the transaction aborts
+    3. commit the transaction with the source offsets and the member's group metadata,
+       read after the flush so that it names the newest generation; a group whose
+       generation moved on meanwhile refuses the offsets and the transaction aborts
        (``generation_moved``);
     4. only then write each store's buffer with its changelog offset in one batch.
 
-    A crash before 2 aborts the transaction (the next ``init_transactions`` of this
+    A crash before 3 aborts the transaction (the next ``init_transactions`` of this
     transactional.id does it): stores and Kafka both stay at the previous commit. A crash
-    between 2 and 3 leaves the stores one commit behind, and restoring the changelog tail
+    between 3 and 4 leaves the stores one commit behind, and restoring the changelog tail
     from the stored offset (read_committed) repairs it. Nothing is ever wiped.
     """
 
@@ -143,12 +142,12 @@ class ExactlyOnceCommit:
         self._group_metadata = group_metadata
 
     def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
-        metadata = self._group_metadata()
+        self._group_metadata()
         for task in tasks:
             task.produce_changelogs()
         offsets = _source_offsets(tasks)
         try:
-            self._transaction.commit(offsets, metadata)
+            self._transaction.commit(offsets, self._group_metadata)
         except ProducerFenced as exc:
             raise CommitFailed("fenced", str(exc)) from exc
         except GenerationMoved as exc:

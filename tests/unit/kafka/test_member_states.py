@@ -344,46 +344,40 @@ def test_leaving_waits_for_a_join_under_way_to_finish_first(harness: Harness) ->
     assert harness.member.state is MemberState.LEFT
 
 
-def test_commits_name_the_held_generation_until_the_join_group_is_answered(
+def test_commits_name_the_newest_generation_the_member_knows_through_a_rebalance(
     harness: Harness,
 ) -> None:
     _stable(harness, A, B, generation=1)
     harness.fake.rejoin = True
     harness.member.poll()
     assert harness.member.state is MemberState.JOINING
-    assert harness.member.commit_generation == (1, "m-1"), "the group still accepts it"
-    harness.consumer.generation = 2  # JoinGroup answered on the IO thread, not yet polled
-    assert harness.member.commit_generation is None, "the sync phase defers commits"
+    assert harness.member.commit_generation == (1, "m-1"), "the group's until the join ends"
+    harness.consumer.generation = 2  # JoinGroup answered: the group completes the round
+    assert harness.member.commit_generation == (2, "m-1")
     harness.member.poll()
     assert harness.member.state is MemberState.SYNCING
-    assert not harness.member.can_commit
+    assert harness.member.can_commit, "transactional commits are not refused while syncing"
     harness.finish(_assignment(A, B), 2)
     assert harness.member.commit_generation == (2, "m-1")
 
 
-def test_no_commit_joining_without_a_held_generation(harness: Harness) -> None:
-    harness.member.poll()  # the first join: the member holds no generation
+def test_no_commit_while_the_member_holds_no_generation(harness: Harness) -> None:
+    harness.member.poll()  # the first join: no JoinGroup answer yet
     assert harness.member.state is MemberState.JOINING
     assert not harness.member.can_commit
     assert harness.finish(_assignment(A), 1)
     assert harness.member.can_commit
     harness.fake.lost = True
     assert harness.member.poll() == [Lost(frozenset({A}))]
-    harness.member.poll()
-    assert harness.member.state is MemberState.JOINING
     assert harness.member.commit_generation is None, "dropped from its generation"
+    harness.member.close()
+    assert harness.member.commit_generation is None
 
 
-def test_a_retried_join_keeps_the_held_generation_while_the_member_is_in_it(
-    harness: Harness,
-) -> None:
+def test_plain_offset_commits_wait_for_a_settled_generation(harness: Harness) -> None:
     _stable(harness, A, generation=3)
     harness.fake.rejoin = True
     harness.member.poll()
-    harness.fake.joins[-1].failure(kerrors.CoordinatorNotAvailableError())
-    harness.member.poll()
-    harness.member.poll()
-    assert len(harness.fake.joins) == 3, "joined again"
-    assert harness.member.commit_generation == (3, "m-1")
+    assert harness.member.can_commit
     with pytest.raises(RebalanceInProgress):
         harness.member.commit({("in", 0): 5})  # kafka-python commits only when settled

@@ -1,5 +1,6 @@
-"""Exactly-once commits while the group rebalances: deferred in the sync phase, and a
-commit the group refuses because its generation moved on aborts and revives its tasks.
+"""Exactly-once commits while the group rebalances: deferred while the member holds no
+generation, and a commit the group refuses because its generation moved on aborts and
+revives its tasks.
 
 Real stores on ``tmp_path``; the transaction is a fake that records what it commits and
 fails as told (the real one aborts its transaction before it raises).
@@ -7,7 +8,7 @@ fails as told (the real one aborts its transaction before it raises).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tests.unit.tasks.conftest import COUNTS, EVENTS, OUT, T00, T01, Harness, make_harness
 from worker.assignment.task_id import TP
@@ -26,19 +27,19 @@ class FakeTransaction:
         self.aborts = 0
         self.fail: Exception | None = None
 
-    def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
+    def commit(self, offsets: Mapping[TP, int], group_metadata: Callable[[], bytes]) -> None:
         if self.fail is not None:
             failure, self.fail = self.fail, None
             self.aborts += 1
             raise failure
-        self.committed.append((dict(offsets), group_metadata))
+        self.committed.append((dict(offsets), group_metadata()))
 
     def abort(self) -> None:
         self.aborts += 1
 
 
 class Member:
-    """The generation the group member lets a commit name (None: syncing)."""
+    """The generation the group member lets a commit name (None: it holds none)."""
 
     def __init__(self) -> None:
         self.commit_generation: tuple[int, str] | None = (1, "m-1")
@@ -46,7 +47,7 @@ class Member:
     def metadata(self) -> bytes:
         held = self.commit_generation
         if held is None:
-            raise RebalanceInProgress("syncing")
+            raise RebalanceInProgress("no generation")
         return f"{held[0]}/{held[1]}".encode()
 
 
@@ -66,12 +67,12 @@ def feed(harness: Harness, *keys: str) -> None:
     harness.process()
 
 
-def test_a_commit_while_syncing_waits_and_sends_nothing_then_commits_everything(
+def test_a_commit_without_a_generation_waits_and_sends_nothing_then_commits_everything(
     topology: BuiltTopology, ctx: TaskContext
 ) -> None:
     harness, transaction, member = setup(topology, ctx)
     feed(harness, "a", "b")
-    member.commit_generation = None  # the JoinGroup was answered: the sync phase
+    member.commit_generation = None  # dropped from the group, joining again
 
     assert not harness.commits.commit()
 
