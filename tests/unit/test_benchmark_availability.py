@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from benchmarks.availability import _allowed
-from benchmarks.availability_scenarios import FULL
 from benchmarks.availability_owners import moved_tasks, replay, worker_timeline
+from benchmarks.availability_scenarios import FULL
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
 

@@ -171,6 +171,13 @@ class RecordCollector:
             except (BufferError, ck.KafkaException):
                 self._produce(self._changelogs, topic, key, value, partition, None, callback)
 
+    def send_marker(
+        self, topic: str, partition: int, key: bytes, headers: list[tuple[str, bytes]]
+    ) -> None:
+        """Write a tombstone with headers to a changelog partition after the store's
+        changes (a release marker, worker/state/release_marker.py); acknowledged like them."""
+        self._produce(self._changelogs, topic, key, None, partition, headers, self._changelog_cb)
+
     def _produce(
         self,
         producer: Producer,

@@ -326,6 +326,15 @@ class GroupMember:
         self._join = group_coordinator.start_join(consumer)
         self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
 
+    def handed_over(self) -> None:
+        """The runtime released every revoked task in its changelog (worker/tasks/
+        handover.py): their new owners hold them already, no follow-up round is needed.
+        Only while revoking; otherwise a no-op."""
+        if self._fsm.state is not MemberState.REVOKING or self._consumer is None:
+            return
+        group_coordinator.cancel_follow_up(self._consumer)
+        self._transition(MemberState.STABLE, reason="handed over in this round")
+
     def request_rebalance(self, reason: str) -> None:
         """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the
         probing time came); carried out by a coming ``poll``.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from worker.errors import RebalanceInProgress
 from worker.observability import get_logger
-from worker.tasks.commit_protocols import CommitFailed, CommitProtocol
+from worker.tasks.commit_protocols import CommitFailed, CommitProtocol, Releases
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
 
@@ -22,7 +22,7 @@ class TaskCommitter:
         self._protocol = protocol
         self._log = get_logger(component="committer")
 
-    def commit(self) -> bool:
+    def commit(self, releases: Releases = ()) -> bool:
         """Commit every running active task with the guarantee's protocol (tasks/commit_protocols.py),
         then rewrite the ``.checkpoint`` files whose interval has passed.
 
@@ -32,16 +32,18 @@ class TaskCommitter:
         take yet (it is syncing; nothing was sent) waits for the next. Each outcome is
         counted in ``worker_commits_total{result}``: committed, deferred, or the
         failure's reason. Returns False when there was nothing to commit or the commit
-        did not happen. Raises TaskMigrated when the group went on without this instance.
+        did not happen. ``releases`` (release markers, worker/tasks/handover.py) go with
+        the commit, even one with nothing else in it. Raises TaskMigrated when the group
+        went on without this instance.
         """
         self._checkpoint_standbys()
         running = self._tasks.running_actives()
-        if not any(t.needs_commit() for t in running):
+        if not releases and not any(t.needs_commit() for t in running):
             return False
         metrics = self._tasks.ctx.metrics
         try:
             with metrics.commit_seconds.time():
-                offsets = self._protocol(running)
+                offsets = self._protocol(running, releases)
         except RebalanceInProgress as exc:
             self._log.info("commit.deferred", reason=str(exc))
             metrics.commits.labels(result="deferred").inc()

@@ -89,6 +89,9 @@ class FakeCoordinator:
     def request_rejoin(self, consumer: FakeConsumer) -> None:
         self.rejoins_requested += 1
 
+    def cancel_follow_up(self, consumer: FakeConsumer) -> None:
+        self.rejoin = False
+
     def generation_lost(self, consumer: FakeConsumer) -> bool:
         return self.lost
 
@@ -381,3 +384,21 @@ def test_plain_offset_commits_wait_for_a_settled_generation(harness: Harness) ->
     assert harness.member.can_commit
     with pytest.raises(RebalanceInProgress):
         harness.member.commit({("in", 0): 5})  # kafka-python commits only when settled
+
+
+def test_revoked_tasks_handed_over_in_this_round_need_no_follow_up_round(
+    harness: Harness,
+) -> None:
+    _stable(harness, A, B)
+    harness.fake.rejoin = True
+    harness.member.poll()
+    events = harness.finish(_assignment(A), 2)
+    assert events == [Assigned(_assignment(A).with_generation(2), frozenset({B}))]
+    harness.fake.rejoin = True  # kafka-python asks for the follow-up round itself
+
+    harness.member.handed_over()  # the runtime released B in its changelog
+
+    assert harness.member.state is MemberState.STABLE
+    assert harness.member.poll() == []
+    assert len(harness.fake.joins) == 2, "no follow-up join"
+    assert harness.counter("worker_follow_up_rebalances_total") == 0
