@@ -37,6 +37,7 @@ class LogRecord:
     # When a read_committed reader could first see it (ms): the timestamp of the COMMIT
     # marker that ended its transaction, or its own for a non-transactional record.
     visible_at: int = 0
+    producer_id: int = -1  # the producer that wrote it (-1: no idempotent producer)
 
 
 def read_committed_partition(
@@ -61,7 +62,15 @@ def read_committed_partition(
                             kept.extend(replace(r, visible_at=stamp) for r in records)
                     continue
                 records = [
-                    LogRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers), r.timestamp)
+                    LogRecord(
+                        r.offset,
+                        r.timestamp,
+                        r.key,
+                        r.value,
+                        tuple(r.headers),
+                        r.timestamp,
+                        batch.producer_id,
+                    )
                     for r in batch
                 ]
                 if batch.is_transactional:

@@ -168,7 +168,10 @@ class TaskManager:
             task.log.info(
                 "handover.taken_over", offsets={f"{t}-{p}": o for (t, p), o in offsets.items()}
             )
-            self._change_role(task, TaskRole.ACTIVE)
+            self._tasks.stop_inputs(task)
+            task.transition(TaskState.SUSPENDED, "released")
+            task.recycle(TaskRole.ACTIVE)
+            self._tasks.start_released(task)
         if released:
             self._tasks.publish_kinds()
             self._tasks.on_change()

@@ -109,6 +109,14 @@ class Tasks:
             task.transition(TaskState.RESTORING)
             self._reader.register(task)
 
+    def start_released(self, task: Task) -> None:
+        """Start a standby just turned active on its old owner's release: its stores hold
+        everything up to the release marker and nobody wrote the changelog since, so it
+        processes at once, with no restore (worker/tasks/handover.py, step 3)."""
+        task.transition(TaskState.RESTORING, "released")
+        task.transition(TaskState.RUNNING, "released")
+        self._start_inputs(task)
+
     def stop_inputs(self, task: Task) -> None:
         """Stop reading for ``task``: its changelogs, its source partitions, its route."""
         self._reader.unregister(task)
