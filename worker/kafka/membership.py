@@ -27,15 +27,16 @@ under exactly-once its transaction aborts and the running tasks are revived
 (docs/platform-notes.md). The test broker checks no generation at all.
 
 Cooperative rebalancing (KIP-429). The assignor declares the cooperative protocol, the
-subscription carries the tasks this member owns, and the leader never gives a task to a
-new owner in the generation in which another member still owns it. A member therefore
-keeps every task the new assignment leaves it without a pause; for the actives it lost it
-first commits and hands them over (the runtime does that while handling
-:class:`Assigned`), then joins once more (the follow-up round) so that their new owners
-get them. The member's lifecycle is an explicit state machine::
+subscription carries the tasks this member owns, and the leader never makes a task
+active on a new owner in the generation in which another member still owns it. A member
+therefore keeps every task the new assignment leaves it without a pause; the actives it
+lost it commits and hands over while handling :class:`Assigned`. Their new owners hold
+them as standbys until they read the release (worker/tasks/handover.py), so no further
+round is needed (:meth:`GroupMember.handed_over`); a task that cannot be released that
+way needs one more join (the follow-up round). The lifecycle, an explicit state machine::
 
     UNJOINED -> JOINING -> SYNCING -> STABLE <-> JOINING ...
-                              |  \\-> REVOKING -> JOINING (follow-up round)
+                              |  \\-> REVOKING -> JOINING (follow-up round) or STABLE
     (any) -> LEFT;  JOINING/SYNCING/REVOKING/STABLE -> UNJOINED when the group dropped us
 
 Asking for a rebalance (:meth:`GroupMember.request_rebalance`, KIP-441's probing
