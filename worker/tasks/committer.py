@@ -27,7 +27,7 @@ class TaskCommitter:
         then rewrite the ``.checkpoint`` files whose interval has passed.
 
         A commit that cannot complete drops the uncommitted work of every running task
-        and revives them from their last committed state (a log line and
+        that had some and revives those from their last committed state (a log line and
         ``worker_task_revivals_total``); the process keeps going. One the group cannot
         take yet (it is syncing; nothing was sent) waits for the next. Each outcome is
         counted in ``worker_commits_total{result}``: committed, deferred, or the
@@ -38,7 +38,8 @@ class TaskCommitter:
         """
         self._checkpoint_standbys()
         running = self._tasks.running_actives()
-        if not releases and not any(t.needs_commit() for t in running):
+        pending = [t for t in running if t.needs_commit()]
+        if not releases and not pending:
             return False
         metrics = self._tasks.ctx.metrics
         try:
@@ -51,7 +52,9 @@ class TaskCommitter:
         except CommitFailed as exc:
             self._log.warning("commit.failed", reason=exc.reason, error=str(exc))
             metrics.commits.labels(result=exc.reason).inc()
-            self._tasks.revive(running, exc.reason, str(exc))
+            # Only the tasks with work since their last commit lost something; the
+            # others had nothing in it and go on as they are.
+            self._tasks.revive(pending, exc.reason, str(exc))
             return False
         for task in running:
             task.mark_sources_committed(offsets)
