@@ -178,7 +178,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
+        self.commits = Counter(
+            "worker_commits_total",
+            "Commits of all active tasks, by result: committed, deferred (the group was"
+            " syncing), or why it failed (generation_moved, fenced, transaction_failed, ...)",
+            ["result"],
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "worker_commit_seconds",
             "Time to commit (flush producer, write stores, commit offsets)",

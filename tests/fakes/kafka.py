@@ -120,6 +120,21 @@ class FakeCollector:
             self.changelog.append(SentRecord(topic, partition, key, value, None, offset, stamp))
             self._unacked.append((tp, offset))
 
+    def send_marker(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        headers: list[tuple[str, bytes]],
+        timestamp: int = 0,
+    ) -> None:
+        tp = (topic, partition)
+        offset = self.next_offsets.get(tp, 0)
+        self.next_offsets[tp] = offset + 1
+        record = SentRecord(topic, partition, key, None, headers, offset, timestamp)
+        self.changelog.append(record)
+        self._unacked.append((tp, offset))
+
     def poll(self) -> None:
         self.polls += 1
 
@@ -186,13 +201,23 @@ class _FakeLogs:
         self.added: list[dict[TP, int | None]] = []  # every add() call, for assertions
         self.paused: set[TP] = set()
         self._fetched: set[TP] = set()
+        self.headers: dict[tuple[TP, int], Any] = {}  # (partition, offset) -> its headers
         self.closed = False
 
-    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> int:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any = None,
+    ) -> int:
         """Append a record at the end of the partition; return its offset."""
         tp = (topic, partition)
         offset = self.end_offset(tp)
         self.logs.setdefault(tp, []).append((offset, key, value))
+        if headers:
+            self.headers[(tp, offset)] = headers
         self.high_watermarks[tp] = offset + 1
         return offset
 
@@ -284,7 +309,10 @@ class FakeRestoreConsumer(_FakeLogs):
                 continue
             self._fetched.add(tp)
             records = self._take(tp, max_records - taken) if taken < max_records else []
-            batch.messages += (FakeMessage(tp[0], tp[1], o, k, v) for o, k, v in records)
+            batch.messages += (
+                FakeMessage(tp[0], tp[1], o, k, v, _headers=self.headers.get((tp, o)))
+                for o, k, v in records
+            )
             taken += len(records)
             end = self.end_offset(tp)
             if self.positions[tp] >= end and self._eof_reported.get(tp) != end:

@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.availability import _allowed
 from benchmarks.availability_owners import moved_tasks, replay, worker_timeline
+from benchmarks.availability_scenarios import FULL
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
 
@@ -64,7 +65,7 @@ def test_a_killed_owners_tasks_move_to_their_standbys_and_the_rest_stay() -> Non
     move = moves["0_2"]
     assert (move.before, move.after, move.had, move.restored) == ("w2", "w1", "standby", 0)
     assert move.handover_seconds == pytest.approx(23.0 - 14.0)  # from the kill
-    assert _allowed(move) == pytest.approx(9.5)
+    assert _allowed(move, FULL) == pytest.approx(FULL.commit_interval_ms / 1000 + 1.0)
 
 
 def test_a_cooperative_move_is_handed_over_in_the_follow_up_round() -> None:

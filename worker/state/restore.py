@@ -17,6 +17,9 @@ task that blocks processing gets the whole fetch budget.
 
 The processing loop drives it with ``step()``; each call does a bounded amount of work so
 group heartbeats and commits of running tasks continue while other tasks restore.
+
+Release markers (:mod:`worker.state.release_marker`) are tombstones, applied like any
+other; the reader also keeps each one it reads for :meth:`ChangelogReader.take_markers`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from worker.events import RESTORE_DONE, RESTORE_START, STANDBY_START
 from worker.kafka.consumers import RestoreConsumer
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
+from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.state.store import RestoreBatch, Store
 
 
@@ -139,6 +143,7 @@ class ChangelogReader(Generic[T]):
         self._changelogs: dict[TP, _Changelog] = {}
         self._tasks: dict[TaskId, _Registration[T]] = {}
         self._standbys_paused = False
+        self._markers: list[tuple[TP, ReleaseMarker]] = []
         self._log = get_logger(component="changelog_reader")
 
     def register(self, task: T, standby: bool = False) -> None:
@@ -196,6 +201,11 @@ class ChangelogReader(Generic[T]):
                 changelog.reached_end(end)
         self._publish_lags()
         return self._finish_completed()
+
+    def take_markers(self) -> list[tuple[TP, ReleaseMarker]]:
+        """The release markers read since the last call, with their changelog partitions."""
+        markers, self._markers = self._markers, []
+        return markers
 
     def lag(self, task_id: TaskId) -> int | None:
         """Records a registered task's stores are behind their changelogs; None if unknown."""
@@ -257,6 +267,8 @@ class ChangelogReader(Generic[T]):
                 value = msg.value()
                 if value is None:
                     delete(key)
+                    if key == RELEASE_KEY:
+                        self._keep_marker(msg)
                 else:
                     put(key, value)
         if run is not None:
@@ -264,6 +276,11 @@ class ChangelogReader(Generic[T]):
         for tp, run in runs.items():
             if run.changelog is not None and run.batch is not None:
                 self._write(tp, run.changelog, run.batch, run.last)
+
+    def _keep_marker(self, msg: Any) -> None:
+        marker = ReleaseMarker.from_headers(msg.headers())
+        if marker is not None:
+            self._markers.append(((msg.topic(), msg.partition()), marker))
 
     def _run_for(self, tp: TP) -> _Run:
         changelog = self._changelogs.get(tp)

@@ -183,7 +183,7 @@ def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
 
     assert harness.collector.flushes == flushes
     assert len(harness.group_offsets.commits) == 1
-    assert harness.metric("worker_commits_total") == 1
+    assert harness.metric("worker_commits_total", result="committed") == 1
 
 
 def test_commit_writes_the_checkpoint_only_after_the_checkpoint_interval(
@@ -357,7 +357,8 @@ def test_a_revoked_active_is_committed_and_closed_while_a_kept_one_runs_on_untou
     assert harness.group_offsets.commits == [{ev(T00): 2, ev(T01): 1}]
     assert T00 not in harness.manager.tasks
     assert t0.state is TaskState.CLOSED
-    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 1}
+    # Two changes (offsets 0 and 1), then its release marker (2): the store is at the marker.
+    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 2}
     assert harness.state_dir.task_lock_owner(T00) is None
     # Kept: the same task object, never suspended, its input never re-assigned.
     assert harness.manager.tasks[T01] is t1
