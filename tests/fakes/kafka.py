@@ -19,6 +19,7 @@ from typing import Any
 
 from worker.assignment.task_id import TP
 from worker.kafka.consumers import FetchedBatch
+from worker.state.stream_time_marker import STREAM_TIME_KEY, stream_time_of
 
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 
@@ -153,11 +154,20 @@ class FakeCollector:
         self.flush(timeout)
 
     def changelog_for(self, topic: str, partition: int) -> list[tuple[bytes, bytes | None]]:
-        """(key, value) of every changelog record sent to one partition, in order."""
+        """(key, value) of every changelog record sent to one partition, in order, but
+        the stream-time markers (:meth:`stream_time_markers`)."""
         return [
             (r.key or b"", r.value)
             for r in self.changelog
-            if r.topic == topic and r.partition == partition
+            if r.topic == topic and r.partition == partition and r.key != STREAM_TIME_KEY
+        ]
+
+    def stream_time_markers(self, topic: str, partition: int) -> list[int]:
+        """The stream times of the markers sent to one changelog partition, in order."""
+        return [
+            stream_time_of(r.headers)
+            for r in self.changelog
+            if r.topic == topic and r.partition == partition and r.key == STREAM_TIME_KEY
         ]
 
 

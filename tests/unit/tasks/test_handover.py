@@ -13,6 +13,7 @@ from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.errors import ProduceFailed
 from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
+from worker.state.stream_time_marker import STREAM_TIME_KEY
 from worker.tasks.handover import ReleaseWatch
 from worker.tasks.state import TaskRole, TaskState
 
@@ -61,7 +62,12 @@ def test_the_old_owner_releases_a_revoked_task_after_its_last_changelog_records(
     assert harness.manager.on_assigned(plan((T01,), generation=2)), "released in band"
 
     records = harness.collector.changelog
-    assert [(r.key, r.value) for r in records] == [(b"a", b"1"), (b"b", b"1"), (RELEASE_KEY, None)]
+    assert [(r.key, r.value) for r in records] == [
+        (b"a", b"1"),
+        (b"b", b"1"),
+        (STREAM_TIME_KEY, None),
+        (RELEASE_KEY, None),
+    ]
     marker = ReleaseMarker.from_headers(records[-1].headers)
     assert marker == ReleaseMarker(2, {ev(T00): 2}), "the generation and where to go on"
     assert harness.group_offsets.commits == [{ev(T00): 2}]
