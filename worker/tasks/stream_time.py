@@ -11,8 +11,9 @@ carries it three ways:
 - in each of the task's stores, in the batch of its data
   (``worker.state.store_format.STREAM_TIME``), for a restart on the same instance;
 - in a stream-time marker in one of the task's logged changelogs
-  (:mod:`worker.state.stream_time_marker`), when it advanced since the marker this owner
-  last committed: the restore and standby path record it in the store, so a task that
+  (:mod:`worker.state.stream_time_marker`), when it advanced past the latest the
+  changelog is known to carry (the last marker this owner committed, or the stores' value
+  it resumed from): the restore and standby path record it in the store, so a task that
   moves or is restored from scratch resumes with it on any broker.
 
 A starting task takes the latest of them. A task without a logged store (stateless, or
@@ -47,8 +48,8 @@ class CommittedStreamTime:
 
     def send_marker(self, collector: RecordCollector, stream_time: int) -> TP | None:
         """Commit step 1: write a stream-time marker after the changelog records when
-        ``stream_time`` advanced past the last marker committed; the changelog written,
-        or None. Markers rise with each commit, so a reader keeps the latest it read."""
+        ``stream_time`` advanced past the latest the changelog carries; the changelog
+        written, or None. A reader keeps the latest marker it read."""
         self._marking = -1
         if self.carrier is None or stream_time <= self._marked:
             return None
