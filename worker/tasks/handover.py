@@ -63,12 +63,17 @@ class ReleaseWatch:
     """The tasks this member holds as standbys until their previous owner releases them.
 
     Fed the markers the changelog reader read; answers which tasks were released, with
-    the offsets to process from. Single-threaded (the processing thread).
+    the offsets to process from. It keeps the latest marker of every changelog partition
+    it was shown: the old owner may release a task before this member has its
+    assignment, while its warmup or standby reads on (one marker per partition at most).
+    Single-threaded (the processing thread).
     """
 
     def __init__(self) -> None:
         self._expected: dict[TaskId, _Expected] = {}
         self._by_changelog: dict[TP, TaskId] = {}
+        self._latest: dict[TP, ReleaseMarker] = {}
+        self._fresh: set[TaskId] = set()  # expected since the last offer
 
     @property
     def awaiting(self) -> frozenset[TaskId]:
@@ -80,9 +85,14 @@ class ReleaseWatch:
         if task.id in self._expected:
             return
         changelogs = frozenset(logged_changelogs(task))
-        self._expected[task.id] = _Expected(generation, changelogs)
+        expected = _Expected(generation, changelogs)
+        self._expected[task.id] = expected
         for tp in changelogs:
             self._by_changelog[tp] = task.id
+            read = self._latest.get(tp)
+            if read is not None and read.generation >= generation:
+                expected.seen[tp] = read
+        self._fresh.add(task.id)
 
     def forget(self, task_id: TaskId) -> None:
         expected = self._expected.pop(task_id, None)
@@ -93,12 +103,16 @@ class ReleaseWatch:
     def clear(self) -> None:
         self._expected.clear()
         self._by_changelog.clear()
+        self._fresh.clear()
 
     def offer(self, markers: Iterable[tuple[TP, ReleaseMarker]]) -> dict[TaskId, dict[TP, int]]:
         """Take the markers read; return the tasks now released in every logged changelog
         (no longer expected) with the source offsets to process from."""
-        touched: set[TaskId] = set()
+        touched, self._fresh = self._fresh, set()
         for tp, marker in markers:
+            kept = self._latest.get(tp)
+            if kept is None or marker.generation >= kept.generation:
+                self._latest[tp] = marker
             task_id = self._by_changelog.get(tp)
             if task_id is None:
                 continue
@@ -107,7 +121,7 @@ class ReleaseWatch:
                 expected.seen[tp] = marker
                 touched.add(task_id)
         released: dict[TaskId, dict[TP, int]] = {}
-        for task_id in sorted(touched):
+        for task_id in sorted(touched & set(self._expected)):
             expected = self._expected[task_id]
             if set(expected.seen) == expected.changelogs:
                 released[task_id] = _offsets(expected.seen.values())

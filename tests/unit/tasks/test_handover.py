@@ -134,3 +134,17 @@ def test_an_awaited_task_moved_on_again_is_released_by_its_holder(harness: Harne
 def test_the_watch_wants_a_marker_in_every_logged_changelog() -> None:
     watch = ReleaseWatch()
     assert watch.offer([(cl(T01), ReleaseMarker(2, {}))]) == {}
+
+
+def test_a_release_read_before_the_assignment_that_awaits_it_still_counts(
+    harness: Harness,
+) -> None:
+    harness.manager.on_assigned(plan((), standby=(T00,), generation=1))
+    released_by_other(harness, T00, generation=2, offset=1)
+    step(harness)  # the standby reads the marker while nothing awaits it yet
+
+    harness.manager.on_assigned(plan((), standby=(T00,)), incoming=frozenset({T00}))
+    step(harness)
+
+    assert harness.manager.tasks[T00].role is TaskRole.ACTIVE
+    harness.manager.close_all(clean=False)
