@@ -13,7 +13,7 @@ The round that moves a task gives it to its new owner as a standby and names the
 2. The new owner holds the task as a standby, already tailing those changelogs
    (:class:`ReleaseWatch` expects the release). It reports the task as its own when it
    joins, so the leader leaves it there.
-3. When its standby has read a marker of that generation or a later one in every logged
+3. When its standby has read a marker of that very generation in every logged
    changelog of the task, it takes the task over at once: it turns the standby into the
    active, restores the records it has not applied yet (none past the marker: nobody
    writes the changelog in between) and processes from the offsets the marker carries.
@@ -80,7 +80,8 @@ class ReleaseWatch:
         return frozenset(self._expected)
 
     def expect(self, task: Task, generation: int) -> None:
-        """Wait for ``task``'s release of ``generation`` or later; a task already expected
+        """Wait for ``task``'s release in ``generation`` (exactly: a marker of another round,
+        or of an earlier life of the group, is not this hand-over's); a task already expected
         keeps the generation it was first expected in (a later round does not move it)."""
         if task.id in self._expected:
             return
@@ -90,7 +91,7 @@ class ReleaseWatch:
         for tp in changelogs:
             self._by_changelog[tp] = task.id
             read = self._latest.get(tp)
-            if read is not None and read.generation >= generation:
+            if read is not None and read.generation == generation:
                 expected.seen[tp] = read
         self._fresh.add(task.id)
 
@@ -117,7 +118,7 @@ class ReleaseWatch:
             if task_id is None:
                 continue
             expected = self._expected[task_id]
-            if marker.generation >= expected.generation:
+            if marker.generation == expected.generation:
                 expected.seen[tp] = marker
                 touched.add(task_id)
         released: dict[TaskId, dict[TP, int]] = {}
