@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.errors import TaskCorrupted, TaskMigrated
-from worker.events import ASSIGNMENT_APPLIED, INITIAL_STANDBY_RECYCLED, INITIAL_STANDBYS_OPENED
+from worker.events import (
+    ASSIGNMENT_APPLIED,
+    HANDOVER_RELEASED,
+    HANDOVER_TAKEN_OVER,
+    INITIAL_STANDBY_RECYCLED,
+    INITIAL_STANDBYS_OPENED,
+)
 from worker.observability import get_logger
 from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
@@ -137,7 +143,7 @@ class TaskManager:
             return False
         all_logged = len(releases) == len(revoked) + len(passed_on)
         self._log.info(
-            "handover.released",
+            HANDOVER_RELEASED,
             generation=generation,
             tasks=sorted(str(t.id) for t in [*revoked, *passed_on] if logged_changelogs(t)),
             committed=committed,
@@ -166,7 +172,7 @@ class TaskManager:
                 continue
             self._tasks.released[task_id] = offsets
             task.log.info(
-                "handover.taken_over", offsets={f"{t}-{p}": o for (t, p), o in offsets.items()}
+                HANDOVER_TAKEN_OVER, offsets={f"{t}-{p}": o for (t, p), o in offsets.items()}
             )
             self._tasks.stop_inputs(task)
             task.transition(TaskState.SUSPENDED, "released")
