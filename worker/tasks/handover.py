@@ -15,8 +15,12 @@ The round that moves a task gives it to its new owner as a standby and names the
    joins, so the leader leaves it there.
 3. When its standby has read a marker of that very generation in every logged
    changelog of the task, it takes the task over at once: it turns the standby into the
-   active, restores the records it has not applied yet (none past the marker: nobody
-   writes the changelog in between) and processes from the offsets the marker carries.
+   active and processes from the offsets the marker carries (its stores hold every
+   record before the marker, and nobody writes the changelog in between). The marker
+   also names the client the round gave the task to: a member whose standby or warmup
+   reads that it is the one, in the generation it has just joined, takes over before its
+   own assignment arrives (the leader's plan is the same for every member; some brokers
+   answer the members' SyncGroups a second apart).
 
 Only one owner ever processes the task: the old one stops before its marker becomes
 readable, the new one starts only after reading it. A release that never comes (the old
@@ -44,12 +48,14 @@ def logged_changelogs(task: Task) -> tuple[TP, ...]:
     )
 
 
-def release_of(task: Task, generation: int) -> tuple[tuple[TP, ...], ReleaseMarker]:
+def release_of(
+    task: Task, generation: int, owner: str = ""
+) -> tuple[tuple[TP, ...], ReleaseMarker]:
     """Where to write the task's release and what it says: the next offset of each source
-    partition, as the hand-over commit commits it."""
+    partition, as the hand-over commit commits it, and the client the round gave it to."""
     sources = set(task.source_partitions)
     offsets = {tp: off for tp, off in task.next_positions().items() if tp in sources}
-    return logged_changelogs(task), ReleaseMarker(generation, offsets)
+    return logged_changelogs(task), ReleaseMarker(generation, offsets, owner)
 
 
 @dataclass
@@ -94,6 +100,18 @@ class ReleaseWatch:
             if read is not None and read.generation == generation:
                 expected.seen[tp] = read
         self._fresh.add(task.id)
+
+    def released_to(self, task: Task, generation: int, me: str) -> dict[TP, int] | None:
+        """The offsets of ``task``'s release when the markers read in all its logged
+        changelogs give it to ``me`` in ``generation``, else None: the round's plan, which
+        this member's own assignment (still on its way) will show too (module doc)."""
+        changelogs = logged_changelogs(task)
+        markers = [self._latest.get(tp) for tp in changelogs]
+        if not changelogs or any(
+            m is None or m.generation != generation or m.owner != me for m in markers
+        ):
+            return None
+        return _offsets(m for m in markers if m is not None)
 
     def forget(self, task_id: TaskId) -> None:
         expected = self._expected.pop(task_id, None)
