@@ -27,15 +27,18 @@ RELEASE_HEADER = "worker.release"
 @dataclass(frozen=True, slots=True)
 class ReleaseMarker:
     """``generation``: the group generation in which the old owner gave the task up;
-    ``offsets``: source partition -> the next offset the new owner processes."""
+    ``offsets``: source partition -> the next offset the new owner processes; ``owner``:
+    the client the round gave the task to ('' when the old owner did not learn it)."""
 
     generation: int
     offsets: Mapping[TP, int] = field(default_factory=dict)
+    owner: str = ""
 
     def headers(self) -> list[tuple[str, bytes]]:
         body = {
             "generation": self.generation,
             "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
+            "owner": self.owner,
         }
         return [(RELEASE_HEADER, orjson.dumps(body))]
 
@@ -48,7 +51,7 @@ class ReleaseMarker:
             try:
                 body = orjson.loads(value)
                 offsets = {(str(t), int(p)): int(o) for t, p, o in body["offsets"]}
-                return cls(int(body["generation"]), offsets)
+                return cls(int(body["generation"]), offsets, str(body.get("owner", "")))
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 return None
         return None

@@ -13,10 +13,14 @@ The round that moves a task gives it to its new owner as a standby and names the
 2. The new owner holds the task as a standby, already tailing those changelogs
    (:class:`ReleaseWatch` expects the release). It reports the task as its own when it
    joins, so the leader leaves it there.
-3. When its standby has read a marker of that generation or a later one in every logged
+3. When its standby has read a marker of that very generation in every logged
    changelog of the task, it takes the task over at once: it turns the standby into the
-   active, restores the records it has not applied yet (none past the marker: nobody
-   writes the changelog in between) and processes from the offsets the marker carries.
+   active and processes from the offsets the marker carries (its stores hold every
+   record before the marker, and nobody writes the changelog in between). The marker
+   also names the client the round gave the task to: a member whose standby or warmup
+   reads that it is the one, in the generation it has just joined, takes over before its
+   own assignment arrives (the leader's plan is the same for every member; some brokers
+   answer the members' SyncGroups a second apart).
 
 Only one owner ever processes the task: the old one stops before its marker becomes
 readable, the new one starts only after reading it. A release that never comes (the old
@@ -44,12 +48,14 @@ def logged_changelogs(task: Task) -> tuple[TP, ...]:
     )
 
 
-def release_of(task: Task, generation: int) -> tuple[tuple[TP, ...], ReleaseMarker]:
+def release_of(
+    task: Task, generation: int, owner: str = ""
+) -> tuple[tuple[TP, ...], ReleaseMarker]:
     """Where to write the task's release and what it says: the next offset of each source
-    partition, as the hand-over commit commits it."""
+    partition, as the hand-over commit commits it, and the client the round gave it to."""
     sources = set(task.source_partitions)
     offsets = {tp: off for tp, off in task.next_positions().items() if tp in sources}
-    return logged_changelogs(task), ReleaseMarker(generation, offsets)
+    return logged_changelogs(task), ReleaseMarker(generation, offsets, owner)
 
 
 @dataclass
@@ -63,26 +69,49 @@ class ReleaseWatch:
     """The tasks this member holds as standbys until their previous owner releases them.
 
     Fed the markers the changelog reader read; answers which tasks were released, with
-    the offsets to process from. Single-threaded (the processing thread).
+    the offsets to process from. It keeps the latest marker of every changelog partition
+    it was shown: the old owner may release a task before this member has its
+    assignment, while its warmup or standby reads on (one marker per partition at most).
+    Single-threaded (the processing thread).
     """
 
     def __init__(self) -> None:
         self._expected: dict[TaskId, _Expected] = {}
         self._by_changelog: dict[TP, TaskId] = {}
+        self._latest: dict[TP, ReleaseMarker] = {}
+        self._fresh: set[TaskId] = set()  # expected since the last offer
 
     @property
     def awaiting(self) -> frozenset[TaskId]:
         return frozenset(self._expected)
 
     def expect(self, task: Task, generation: int) -> None:
-        """Wait for ``task``'s release of ``generation`` or later; a task already expected
+        """Wait for ``task``'s release in ``generation`` (exactly: a marker of another round,
+        or of an earlier life of the group, is not this hand-over's); a task already expected
         keeps the generation it was first expected in (a later round does not move it)."""
         if task.id in self._expected:
             return
         changelogs = frozenset(logged_changelogs(task))
-        self._expected[task.id] = _Expected(generation, changelogs)
+        expected = _Expected(generation, changelogs)
+        self._expected[task.id] = expected
         for tp in changelogs:
             self._by_changelog[tp] = task.id
+            read = self._latest.get(tp)
+            if read is not None and read.generation == generation:
+                expected.seen[tp] = read
+        self._fresh.add(task.id)
+
+    def released_to(self, task: Task, generation: int, me: str) -> dict[TP, int] | None:
+        """The offsets of ``task``'s release when the markers read in all its logged
+        changelogs give it to ``me`` in ``generation``, else None: the round's plan, which
+        this member's own assignment (still on its way) will show too (module doc)."""
+        changelogs = logged_changelogs(task)
+        markers = [self._latest.get(tp) for tp in changelogs]
+        if not changelogs or any(
+            m is None or m.generation != generation or m.owner != me for m in markers
+        ):
+            return None
+        return _offsets(m for m in markers if m is not None)
 
     def forget(self, task_id: TaskId) -> None:
         expected = self._expected.pop(task_id, None)
@@ -93,21 +122,25 @@ class ReleaseWatch:
     def clear(self) -> None:
         self._expected.clear()
         self._by_changelog.clear()
+        self._fresh.clear()
 
     def offer(self, markers: Iterable[tuple[TP, ReleaseMarker]]) -> dict[TaskId, dict[TP, int]]:
         """Take the markers read; return the tasks now released in every logged changelog
         (no longer expected) with the source offsets to process from."""
-        touched: set[TaskId] = set()
+        touched, self._fresh = self._fresh, set()
         for tp, marker in markers:
+            kept = self._latest.get(tp)
+            if kept is None or marker.generation >= kept.generation:
+                self._latest[tp] = marker
             task_id = self._by_changelog.get(tp)
             if task_id is None:
                 continue
             expected = self._expected[task_id]
-            if marker.generation >= expected.generation:
+            if marker.generation == expected.generation:
                 expected.seen[tp] = marker
                 touched.add(task_id)
         released: dict[TaskId, dict[TP, int]] = {}
-        for task_id in sorted(touched):
+        for task_id in sorted(touched & set(self._expected)):
             expected = self._expected[task_id]
             if set(expected.seen) == expected.changelogs:
                 released[task_id] = _offsets(expected.seen.values())

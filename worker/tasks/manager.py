@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.errors import TaskCorrupted, TaskMigrated
-from worker.events import ASSIGNMENT_APPLIED, INITIAL_STANDBY_RECYCLED, INITIAL_STANDBYS_OPENED
+from worker.events import (
+    ASSIGNMENT_APPLIED,
+    HANDOVER_RELEASED,
+    HANDOVER_TAKEN_OVER,
+    INITIAL_STANDBY_RECYCLED,
+    INITIAL_STANDBYS_OPENED,
+)
 from worker.observability import get_logger
 from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
@@ -41,6 +47,7 @@ class TaskManager:
         self._committer = committer
         self._high_watermarks = high_watermarks
         self._watch = ReleaseWatch()
+        self._scanned_generation = -1  # the generation check_releases last scanned in
         self._log = get_logger(component="task_manager")
 
     @property
@@ -76,6 +83,10 @@ class TaskManager:
         if self._tasks.first_assignment_at is None:
             self._tasks.first_assignment_at = self._ctx.clock.monotonic()
         roles = _roles(assignment)
+        for task_id in incoming:
+            task = self.tasks.get(task_id)
+            if task is not None and task.is_active:
+                roles[task_id] = TaskRole.ACTIVE  # taken over before this assignment came
         revoked = [
             t for t in self.tasks.values() if t.is_active and roles.get(t.id) is not TaskRole.ACTIVE
         ]
@@ -88,7 +99,9 @@ class TaskManager:
             self._watch.forget(task_id)  # active outright now, or no longer ours to wait for
         released = True
         if revoked or passed_on:
-            released = self._hand_over(revoked, passed_on, assignment.generation)
+            released = self._hand_over(
+                revoked, passed_on, assignment.generation, assignment.pending_moves
+            )
         for task_id in sorted(set(self.tasks) - set(roles)):
             self._tasks.close(task_id, clean=True)
         created: list[Task] = []
@@ -107,7 +120,7 @@ class TaskManager:
             self._tasks.start(task)
         for task_id in sorted(incoming):
             task = self.tasks.get(task_id)
-            if task is not None and logged_changelogs(task):
+            if task is not None and not task.is_active and logged_changelogs(task):
                 self._watch.expect(task, assignment.generation)
         self._tasks.publish_kinds()
         self._log.info(
@@ -122,11 +135,19 @@ class TaskManager:
         self._tasks.on_change()
         return released
 
-    def _hand_over(self, revoked: list[Task], passed_on: list[Task], generation: int) -> bool:
+    def _hand_over(
+        self,
+        revoked: list[Task],
+        passed_on: list[Task],
+        generation: int,
+        moves: Mapping[TaskId, str],
+    ) -> bool:
         """Step 1: commit with the releases, then stop the revoked actives (they stay open
         for step 3). True when every one of them was released in its changelog."""
         releases: Releases = [
-            release_of(t, generation) for t in [*revoked, *passed_on] if logged_changelogs(t)
+            release_of(t, generation, moves.get(t.id, ""))
+            for t in [*revoked, *passed_on]
+            if logged_changelogs(t)
         ]
         try:
             committed = self._committer.commit(releases)
@@ -137,7 +158,7 @@ class TaskManager:
             return False
         all_logged = len(releases) == len(revoked) + len(passed_on)
         self._log.info(
-            "handover.released",
+            HANDOVER_RELEASED,
             generation=generation,
             tasks=sorted(str(t.id) for t in [*revoked, *passed_on] if logged_changelogs(t)),
             committed=committed,
@@ -157,16 +178,29 @@ class TaskManager:
         task.recycle(role)
         self._tasks.start(task)
 
-    def check_releases(self) -> None:
-        """Take over at once every awaited task whose release was read (handover.py, step 3)."""
-        released = self._watch.offer(self._tasks.take_markers())
+    def check_releases(self, generation: int = -1) -> None:
+        """Take over at once every awaited task whose release was read, and every standby
+        or warmup whose release gives it to this instance in ``generation``, the one its
+        group member is in now (handover.py, step 3)."""
+        markers = self._tasks.take_markers()
+        released = self._watch.offer(markers)
+        if generation >= 0 and (markers or generation != self._scanned_generation):
+            # Only when something new was read or the member joined another round: the
+            # scan looks at every standby.
+            self._scanned_generation = generation
+            me = self._ctx.state_dir.process_id
+            for held in self.tasks.values():
+                if held.role in (TaskRole.STANDBY, TaskRole.WARMUP) and held.id not in released:
+                    offsets = self._watch.released_to(held, generation, me)
+                    if offsets is not None:
+                        released[held.id] = offsets
         for task_id, offsets in released.items():
             task = self.tasks.get(task_id)
             if task is None or task.is_active:
                 continue
             self._tasks.released[task_id] = offsets
             task.log.info(
-                "handover.taken_over", offsets={f"{t}-{p}": o for (t, p), o in offsets.items()}
+                HANDOVER_TAKEN_OVER, offsets={f"{t}-{p}": o for (t, p), o in offsets.items()}
             )
             self._tasks.stop_inputs(task)
             task.transition(TaskState.SUSPENDED, "released")

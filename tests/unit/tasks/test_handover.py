@@ -140,3 +140,49 @@ def test_an_awaited_task_moved_on_again_is_released_by_its_holder(harness: Harne
 def test_the_watch_wants_a_marker_in_every_logged_changelog() -> None:
     watch = ReleaseWatch()
     assert watch.offer([(cl(T01), ReleaseMarker(2, {}))]) == {}
+
+
+def test_a_release_read_before_the_assignment_that_awaits_it_still_counts(
+    harness: Harness,
+) -> None:
+    harness.manager.on_assigned(plan((), standby=(T00,), generation=1))
+    released_by_other(harness, T00, generation=2, offset=1)
+    step(harness)  # the standby reads the marker while nothing awaits it yet
+
+    harness.manager.on_assigned(plan((), standby=(T00,)), incoming=frozenset({T00}))
+    step(harness)
+
+    assert harness.manager.tasks[T00].role is TaskRole.ACTIVE
+    harness.manager.close_all(clean=False)
+
+
+def test_the_release_names_the_client_the_round_gave_the_task_to(harness: Harness) -> None:
+    run(harness, T00)
+    moved = Assignment(frozenset(), frozenset(), frozenset(), {}, {}, generation=2,
+                       pending_moves={T00: "p-new"})  # fmt: skip
+
+    harness.manager.on_assigned(moved)
+
+    marker = ReleaseMarker.from_headers(harness.collector.changelog[-1].headers)
+    assert marker is not None and marker.owner == "p-new"
+
+
+def test_a_standby_named_in_a_release_of_its_round_takes_over_before_its_assignment(
+    harness: Harness,
+) -> None:
+    me = harness.state_dir.process_id
+    harness.manager.on_assigned(plan((), standby=(T00, T01), generation=1))
+    for task_id, owner in ((T00, me), (T01, "someone-else")):
+        marker = ReleaseMarker(2, {ev(task_id): 1}, owner)
+        harness.restore_consumer.append(*cl(task_id), RELEASE_KEY, None, marker.headers())
+    harness.tasks.restore_step(timeout=0.0)
+
+    harness.manager.check_releases(generation=2)  # joined round 2, assignment not here yet
+
+    assert harness.manager.tasks[T00].role is TaskRole.ACTIVE
+    assert harness.manager.tasks[T01].role is TaskRole.STANDBY, "given to another client"
+    written = len(harness.collector.changelog)
+    harness.manager.on_assigned(plan((), standby=(T00, T01)), incoming=frozenset({T00}))
+    assert harness.manager.tasks[T00].role is TaskRole.ACTIVE, "its assignment keeps it"
+    assert len(harness.collector.changelog) == written, "nothing released back"
+    harness.manager.close_all(clean=False)
