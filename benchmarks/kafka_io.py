@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -222,3 +222,57 @@ class SteadyProducer:
         if self.error is not None:
             error, self.error = self.error, None
             raise BenchmarkFailed(f"producer to {self._topic} failed: {error!r}")
+
+
+class ArrivalWatch:
+    """When each record of ``topic`` reached a ``read_committed`` consumer (epoch s), per
+    partition, followed live on a thread from the beginning of the topic until closed.
+
+    That is how exactly-once output is read: a record counts from the moment its
+    transaction committed and the consumer could fetch it, not from when it was written.
+    The test broker also serves an aborted transaction's records to such consumers once
+    the abort is written (platform-facts.md), so a run with aborts shows them arriving.
+    """
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = raw_consumer(
+            bootstrap,
+            f"bench-arrivals-{uuid.uuid4().hex[:6]}",
+            {"isolation.level": "read_committed", "fetch.wait.max.ms": 20},
+        )
+        self._consumer.assign(
+            [
+                ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING)
+                for p in partitions_of(bootstrap, topic)
+            ]
+        )
+        self.arrivals: dict[int, list[float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"arrivals-{topic}", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                messages = self._consumer.consume(10000, 0.05)
+                now = time.time()
+                for msg in messages:
+                    if msg.error() is None:
+                        self.arrivals.setdefault(cast(int, msg.partition()), []).append(now)
+        except BaseException as exc:  # reported by close()
+            self.error = exc
+        finally:
+            self._consumer.close()
+
+    def start(self) -> ArrivalWatch:
+        self._thread.start()
+        return self
+
+    def close(self) -> dict[int, list[float]]:
+        """Stop and return the arrivals; idempotent. Raises what the thread raised."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        if self.error is not None:
+            raise BenchmarkFailed(f"watching arrivals: {self.error!r}")
+        return self.arrivals

@@ -218,8 +218,7 @@ def _noop_topology() -> BuiltTopology:
 class _OffsetBook:
     """The group member's commit API, kept in memory (the one part not the worker's own)."""
 
-    generation = 1
-    member_id = "per-record"
+    commit_generation = (1, "per-record")
 
     def __init__(self) -> None:
         self.offsets: dict[TP, int] = {}

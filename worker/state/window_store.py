@@ -262,7 +262,12 @@ class WindowedStore(Store):
         """A batch that gathers the fetched records (see :meth:`write_restored`)."""
         return _Gathered()
 
-    def write_restored(self, batch: RestoreBatch, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write_restored(
+        self,
+        batch: RestoreBatch,
+        offsets: Mapping[tuple[str, int], int],
+        stream_time: int = -1,
+    ) -> None:
         """Write one fetched batch, skipping what has expired, in one atomic write.
 
         Steps: 1. the observed time and emit progress advance to the largest the batch
@@ -272,7 +277,7 @@ class WindowedStore(Store):
         one write with the offsets (``Store.write_restored``); 5. the progress is kept.
         """
         if not isinstance(batch, _Gathered):
-            super().write_restored(batch, offsets)
+            super().write_restored(batch, offsets, stream_time)
             return
         observed, emitted = self.observed_ms, self.last_emitted_close
         for key, value in batch.records:
@@ -301,7 +306,7 @@ class WindowedStore(Store):
                 skipped += 1
             else:
                 out.put(key, value)
-        super().write_restored(out, offsets)
+        super().write_restored(out, offsets, stream_time)
         self.observed_ms, self.last_emitted_close = observed, emitted
         if plan is not None:
             self.expired_upto = plan.expired_upto

@@ -81,7 +81,9 @@ class Task:
         self._consumed: dict[TP, int] = {}
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
-        self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics)
+        logged = [self.changelogs[s.name] for s in subtopology.stores if not s.is_table]
+        carrier = logged[0] if logged else None
+        self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics, carrier)
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self.punctuators: TaskPunctuators | None = None  # an active's, with its graph
@@ -364,7 +366,8 @@ class Task:
 
     def produce_changelogs(self) -> int:
         """Step 1: send every buffered change of every logged store to its changelog,
-        after each store with a TTL swept what expired (``ttl_sweeps.py``)."""
+        after each store with a TTL swept what expired (``ttl_sweeps.py``), then the
+        stream-time marker when the stream time advanced (``stream_time.py``)."""
         sweep_expired(str(self.id), self.stores, self.stream_time, self._ctx.metrics)
         sent = 0
         send = self._ctx.collector.send_changelog
@@ -377,6 +380,9 @@ class Task:
                 send(topic, partition, pending.items(), store.pending_times())
                 self._produced.add((topic, partition))
             sent += len(pending)
+        marked = self._stream_times.send_marker(self._ctx.collector, self.stream_time)
+        if marked is not None:
+            self._produced.add(marked)
         return sent
 
     def commit_stores(self, acked: Mapping[TP, int]) -> None:
@@ -399,6 +405,7 @@ class Task:
             else:
                 offset = acked.get(tp) if tp in produced else None
             store.commit({tp: offset} if offset is not None else {}, stream_time)
+        self._stream_times.marker_committed()
 
     def source_offsets_to_commit(self) -> dict[TP, int]:
         """Step 4 input: next offset to consume for every source partition that moved."""
