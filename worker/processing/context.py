@@ -14,11 +14,12 @@ built-in serdes are called as the C functions behind them (``worker.serde.Codec`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from worker.errors import TopologyError
 from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.processing.timestamps import check as check_timestamp
+from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.serde import Codec, Serde, SerdeError
 
 Lookup = Callable[[bytes, object], object]
@@ -26,6 +27,7 @@ Lookup = Callable[[bytes, object], object]
 PunctuatorFn = Callable[["ProcessorContext", int], object]
 # What ``ctx.schedule`` hands to while a processor's init runs (worker.processing.punctuators).
 Scheduler = Callable[[int, "PunctuationKind | str", PunctuatorFn, int], Schedule]
+_View = TypeVar("_View", WindowStoreView, SessionStoreView)
 
 
 class ReadPath(Protocol):
@@ -202,7 +204,7 @@ class Node:
 
     __slots__ = ("name", "stores", "children", "call")
 
-    def __init__(self, name: str, stores: Mapping[str, KeyValueStore]) -> None:
+    def __init__(self, name: str, stores: Mapping[str, Any]) -> None:
         self.name = name
         self.stores = dict(stores)
         self.children: tuple[Node, ...] = ()
@@ -343,6 +345,22 @@ class ProcessorContext:
             raise TopologyError(
                 f"processor {self.current_node.name!r} did not declare store {name!r}"
             ) from None
+
+    def window_store(self, name: str) -> WindowStoreView:
+        """The window store ``name`` (``Topology.add_window_store``), if the current
+        processor declared it."""
+        return self._typed_store(name, WindowStoreView)
+
+    def session_store(self, name: str) -> SessionStoreView:
+        """The session store ``name`` (``Topology.add_session_store``), if the current
+        processor declared it."""
+        return self._typed_store(name, SessionStoreView)
+
+    def _typed_store(self, name: str, kind: type[_View]) -> _View:
+        found = self.store(name)
+        if not isinstance(found, kind):
+            raise TopologyError(f"store {name!r} is not a {kind.__name__}")
+        return found
 
     def forward(
         self,

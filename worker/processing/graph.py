@@ -37,10 +37,29 @@ from worker.processing.timestamps import (
     extract,
     record_time,
 )
-from worker.processing.topology import SinkNode, SourceNode, Subtopology
+from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
+from worker.processing.window_views import SessionStoreView, WindowStoreView
+from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
 
 Runner = Callable[[Record], None]
+
+
+def store_view(
+    spec: StoreSpec, raw: RawStore, context: ProcessorContext
+) -> KeyValueStore | WindowStoreView | SessionStoreView:
+    """What processors get for ``spec``'s store: windowed stores write at the current
+    record's timestamp, read from ``context`` at each write."""
+    if spec.windows is None:
+        return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
+
+    def timestamp() -> int:
+        return context.timestamp
+
+    windowed: Any = raw  # a state.window_stores store: the task opened it from the spec
+    if isinstance(spec.windows, SessionWindows | SlidingWindows):
+        return SessionStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
+    return WindowStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
 
 
 class TaskGraph:
@@ -66,13 +85,11 @@ class TaskGraph:
         if missing:
             raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
         self._raw = dict(stores)
+        self.context = ProcessorContext(task_id)
         views = {
-            spec.name: KeyValueStore(
-                spec.name, stores[spec.name], spec.key_serde, spec.value_serde, spec.is_table
-            )
+            spec.name: store_view(spec, stores[spec.name], self.context)
             for spec in subtopology.stores
         }
-        self.context = ProcessorContext(task_id)
         nodes: dict[str, Node] = {}
         for source in subtopology.sources:
             nodes[source.name] = Node(source.name, {})
