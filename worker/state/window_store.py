@@ -105,6 +105,10 @@ class WindowEvents(Protocol):
 
     def restore_skipped(self, records: int) -> None: ...
 
+    def late_record(self) -> None:
+        """The store's windowed aggregation dropped a record as late."""
+        ...
+
 
 class _NoEvents:
     def expiry_range(self) -> None:
@@ -114,6 +118,9 @@ class _NoEvents:
         return None
 
     def restore_skipped(self, records: int) -> None:
+        return None
+
+    def late_record(self) -> None:
         return None
 
 
