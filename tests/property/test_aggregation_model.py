@@ -1,11 +1,9 @@
 """Windowed aggregations through the task graph against reference models, in both emit
 modes, with records in any order (late ones included) and a commit and restart anywhere.
 
-The models are written from the definitions (docs/windows.md §1, §3, §4), not from the
-operator: a window accepts a record while the largest timestamp seen, the record's
-included, is at most ``grace`` past the window's last instant; a record no window accepts
-is late. Emit-final sends each window whose close time stream time has passed, once, with
-every record it accepted; emit-update sends each accepted record's new aggregate.
+The models (tests/support/window_models.py) are written from the definitions, not from
+the operator. Emit-final sends each window whose close time stream time has passed, once,
+with every record it accepted; emit-update sends each accepted record's new aggregate.
 """
 
 from __future__ import annotations
@@ -18,12 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.aggregating import Running
+from tests.support.window_models import closed_windows, fixed_model, session_model
 from worker.processing.topology import BuiltTopology, Topology
-from worker.processing.windows import SessionWindows, TimeWindows, Windows, hopping, session
+from worker.processing.windows import SessionWindows, Windows, hopping, session
 from worker.serde import JSON, STR
-from worker.windowed_serde import Windowed, WindowedSerde
-
-Record = tuple[str, int]  # key, timestamp
+from worker.windowed_serde import WindowedSerde
 
 records = st.lists(
     # on a coarse grid, so that records land on window bounds and close times
@@ -54,69 +51,9 @@ def build(windows: Windows, emit: str) -> BuiltTopology:
     )
 
 
-def fixed_model(
-    windows: TimeWindows, recs: list[Record]
-) -> tuple[list[tuple[Windowed[str], list[int]]], dict[Windowed[str], list[int]], int, int]:
-    """(update outputs, every window's records, late count, final stream time)."""
-    observed, late = -1, 0
-    updates: list[tuple[Windowed[str], list[int]]] = []
-    contents: dict[Windowed[str], list[int]] = {}
-    for key, ts in recs:
-        observed = max(observed, ts)
-        accepted = False
-        start = ts - ts % windows.advance_ms
-        starts = []
-        while start >= 0 and start + windows.size_ms > ts:
-            starts.append(start)
-            start -= windows.advance_ms
-        for start in sorted(starts):
-            end = start + windows.size_ms
-            if observed <= end - 1 + windows.grace_ms:
-                accepted = True
-                window = Windowed(key, start, end)
-                contents[window] = sorted([*contents.get(window, []), ts])
-                updates.append((window, contents[window]))
-        late += not accepted
-    return updates, contents, late, observed
-
-
-def session_model(
-    windows: SessionWindows, recs: list[Record]
-) -> tuple[list[tuple[Windowed[str], Any]], dict[Windowed[str], list[int]], int, int]:
-    observed, late = -1, 0
-    updates: list[tuple[Windowed[str], Any]] = []
-    contents: dict[Windowed[str], list[int]] = {}
-    gap, grace = windows.gap_ms, windows.grace_ms
-
-    def closed(window: Windowed[str]) -> bool:
-        return observed > window.end_ms + gap + grace
-
-    for key, ts in recs:
-        observed = max(observed, ts)
-        reached = sorted(
-            (
-                w
-                for w in contents
-                if w.key == key and w.end_ms >= ts - gap and w.start_ms <= ts + gap
-            ),
-            key=lambda w: (w.start_ms, w.end_ms),
-        )
-        merged = Windowed(
-            key,
-            min([ts] + [w.start_ms for w in reached]),
-            max([ts] + [w.end_ms for w in reached]),
-        )
-        if closed(merged) or any(closed(w) for w in reached):
-            late += 1
-            continue
-        times = sorted([ts] + [t for w in reached for t in contents.pop(w)])
-        updates.extend((w, None) for w in reached if w != merged)
-        contents[merged] = times
-        updates.append((merged, times))
-    return updates, contents, late, observed
-
-
-def run(built: BuiltTopology, recs: list[Record], restart_at: int) -> tuple[list[Any], float]:
+def run(
+    built: BuiltTopology, recs: list[tuple[str, int]], restart_at: int
+) -> tuple[list[Any], float]:
     """Outputs as (key, value) and the late count, committing and reopening the task
     after ``restart_at`` records."""
     with tempfile.TemporaryDirectory() as root:
@@ -135,12 +72,6 @@ def run(built: BuiltTopology, recs: list[Record], restart_at: int) -> tuple[list
         return outputs, late
 
 
-def closed_windows(
-    contents: dict[Windowed[str], list[int]], stream_time: int, close_time: Any
-) -> dict[Windowed[str], list[int]]:
-    return {w: v for w, v in contents.items() if stream_time > close_time(w)}
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     records,
@@ -149,7 +80,7 @@ def closed_windows(
     st.integers(0, 6).map(lambda t: t * 1000),
 )
 def test_fixed_windows_match_the_model(
-    recs: list[Record], restart_at: int, shape: tuple[int, int], grace: int
+    recs: list[tuple[str, int]], restart_at: int, shape: tuple[int, int], grace: int
 ) -> None:
     windows = hopping(shape[0], shape[1], grace_ms=grace)
     updates, contents, late, stream_time = fixed_model(windows, recs)
@@ -174,7 +105,7 @@ def test_fixed_windows_match_the_model(
     st.integers(0, 6).map(lambda t: t * 1000),
 )
 def test_sessions_match_the_model(
-    recs: list[Record], restart_at: int, gap: int, grace: int
+    recs: list[tuple[str, int]], restart_at: int, gap: int, grace: int
 ) -> None:
     windows = session(gap, grace_ms=grace)
     updates, contents, late, stream_time = session_model(windows, recs)

@@ -234,6 +234,11 @@ class WindowedAggregation:
         value: Any,
         ts: int,
     ) -> None:
+        if windows.is_late(ts, raw.observed_ms):
+            # Over gap + grace behind: it could reach back to a session past retention,
+            # which the store no longer shows, so it is late whatever it would merge with.
+            self._late(raw)
+            return
         earliest_end, latest_start = windows.search_bounds(ts)
         found = {
             Window(s.start_ms, s.end_ms): s.value
