@@ -41,6 +41,7 @@ from worker.assignment.task_id import TaskId
 from worker.clock import MAX_TIME_MS
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.http.queries import TASK_HEADER, QueryRouter, Reply, store_of, unavailable
+from worker.http.ranges import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, flag
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
@@ -50,20 +51,12 @@ from worker.state.store import StoreClosedError
 from worker.state.window_store import StoredWindow
 from worker.state.window_stores import FixedWindowStore, SessionStore
 
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
 PARAMETERS = {
     "windows": frozenset({"key", "from", "to", "limit", "partition", "allow_stale"}),
     "sessions": frozenset({"key", "from", "to", "limit", "allow_stale"}),
 }
-_TRUE = frozenset({"true", "1", "yes", ""})
-_FALSE = frozenset({"false", "0", "no"})
 
 Found = tuple[int, list[StoredWindow]]
-
-
-class BadRequest(ValueError):
-    """A parameter the query cannot take (HTTP 400)."""
 
 
 @dataclass(frozen=True)
@@ -173,11 +166,9 @@ def parse(
     number = None if partition is None else _int(params, "partition", 0)
     if number is not None and number < 0:
         raise BadRequest(f"partition must be >= 0, got {number}")
-    stale = params.get("allow_stale", "false").lower()
-    if stale not in _TRUE | _FALSE:
-        raise BadRequest(f"allow_stale must be true or false, got {stale!r}")
+    stale = flag(params, "allow_stale")
     return WindowQuery(
-        store, kind, spec, subtopology, key, from_ms, to_ms, limit, number, stale in _TRUE, path
+        store, kind, spec, subtopology, key, from_ms, to_ms, limit, number, stale, path
     )
 
 

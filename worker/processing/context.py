@@ -14,12 +14,13 @@ built-in serdes are called as the C functions behind them (``worker.serde.Codec`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from worker.errors import TopologyError
 from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.processing.timestamps import check as check_timestamp
-from worker.processing.window_views import SessionStoreView, WindowStoreView
+from worker.processing.view_scans import RawScan, ViewScan, prefix_bytes
+from worker.processing.window_views import SessionStoreView, WindowStoreView, typed_view
 from worker.serde import Codec, Serde, SerdeError
 
 Lookup = Callable[[bytes, object], object]
@@ -27,7 +28,6 @@ Lookup = Callable[[bytes, object], object]
 PunctuatorFn = Callable[["ProcessorContext", int], object]
 # What ``ctx.schedule`` hands to while a processor's init runs (worker.processing.punctuators).
 Scheduler = Callable[[int, "PunctuationKind | str", PunctuatorFn, int], Schedule]
-_View = TypeVar("_View", WindowStoreView, SessionStoreView)
 
 
 class ReadPath(Protocol):
@@ -61,6 +61,21 @@ class RawStore(Protocol):
     def put(self, key: bytes, value: bytes) -> None: ...
 
     def delete(self, key: bytes) -> None: ...
+
+    def scan(
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> RawScan:
+        """``[lo, hi)`` in key order, uncommitted writes included (``Store.scan``)."""
+        ...
+
+    def scan_prefix(
+        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> RawScan: ...
 
 
 class Record(Protocol):
@@ -113,6 +128,7 @@ class KeyValueStore:
         "_miss",
         "_raw_put",
         "_raw_delete",
+        "_raw",
     )
 
     def __init__(
@@ -133,6 +149,7 @@ class KeyValueStore:
         )
         self._raw_put = raw.put
         self._raw_delete = raw.delete
+        self._raw = raw
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or None. Raises SerdeError for a key that encodes to nothing."""
@@ -176,6 +193,33 @@ class KeyValueStore:
     def delete(self, key: Any) -> None:
         self._check_writable()
         self._raw_delete(self._raw_key(key))
+
+    def range(
+        self,
+        from_key: Any = None,
+        to_key: Any = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> ViewScan:
+        """The pairs with ``from_key <= key < to_key`` (None: that end open), in the
+        keys' serialised byte order, this task's uncommitted writes included; at most
+        ``limit`` of them; top down with ``reverse``. A context manager (see ViewScan).
+
+        Raises:
+            ScanRangeError: ``from_key`` is after ``to_key``, or ``limit`` is not an int
+                >= 0 (nothing was read).
+        """
+        lo = None if from_key is None else self._raw_key(from_key)
+        hi = None if to_key is None else self._raw_key(to_key)
+        raw = self._raw.scan(lo, hi, reverse=reverse, limit=limit)
+        return ViewScan(raw, self._keys, self._values)
+
+    def prefix(self, prefix: Any, *, reverse: bool = False, limit: int | None = None) -> ViewScan:
+        """The pairs whose serialised key starts with ``prefix``'s (``view_scans.py``),
+        as :meth:`range`."""
+        raw = self._raw.scan_prefix(prefix_bytes(self._keys, prefix), reverse=reverse, limit=limit)
+        return ViewScan(raw, self._keys, self._values)
 
     def _raw_key(self, key: Any) -> bytes:
         """``key`` as the store holds it: the key codec's result, never None (a record
@@ -347,20 +391,12 @@ class ProcessorContext:
             ) from None
 
     def window_store(self, name: str) -> WindowStoreView:
-        """The window store ``name`` (``Topology.add_window_store``), if the current
-        processor declared it."""
-        return self._typed_store(name, WindowStoreView)
+        """The window store ``name`` (``add_window_store``) the current processor declared."""
+        return typed_view(self.store(name), name, WindowStoreView)
 
     def session_store(self, name: str) -> SessionStoreView:
-        """The session store ``name`` (``Topology.add_session_store``), if the current
-        processor declared it."""
-        return self._typed_store(name, SessionStoreView)
-
-    def _typed_store(self, name: str, kind: type[_View]) -> _View:
-        found = self.store(name)
-        if not isinstance(found, kind):
-            raise TopologyError(f"store {name!r} is not a {kind.__name__}")
-        return found
+        """The session store ``name`` (``add_session_store``) the current processor declared."""
+        return typed_view(self.store(name), name, SessionStoreView)
 
     def forward(
         self,

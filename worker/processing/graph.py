@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from worker.errors import TopologyError
 from worker.processing.context import (
@@ -38,6 +38,7 @@ from worker.processing.timestamps import (
     record_time,
 )
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
+from worker.processing.ttl_views import TtlKeyValueStore, TtlRawStore
 from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
@@ -45,13 +46,11 @@ from worker.serde import Codec
 Runner = Callable[[Record], None]
 
 
-def store_view(
+def window_view(
     spec: StoreSpec, raw: RawStore, context: ProcessorContext
-) -> KeyValueStore | WindowStoreView | SessionStoreView:
-    """What processors get for ``spec``'s store: windowed stores write at the current
+) -> WindowStoreView | SessionStoreView:
+    """What processors get for a windowed store: its writes happen at the current
     record's timestamp, read from ``context`` at each write."""
-    if spec.windows is None:
-        return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
 
     def timestamp() -> int:
         return context.timestamp
@@ -86,10 +85,7 @@ class TaskGraph:
             raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
         self._raw = dict(stores)
         self.context = ProcessorContext(task_id)
-        views = {
-            spec.name: store_view(spec, stores[spec.name], self.context)
-            for spec in subtopology.stores
-        }
+        views = {spec.name: self._view(spec, stores[spec.name]) for spec in subtopology.stores}
         nodes: dict[str, Node] = {}
         for source in subtopology.sources:
             nodes[source.name] = Node(source.name, {})
@@ -109,6 +105,16 @@ class TaskGraph:
         self._runners: dict[str, Runner] = {
             s.topic: self._source_runner(s, nodes[s.name]) for s in subtopology.sources
         }
+
+    def _view(
+        self, spec: StoreSpec, raw: RawStore
+    ) -> KeyValueStore | WindowStoreView | SessionStoreView:
+        if spec.windows is not None:
+            return window_view(spec, raw, self.context)
+        if spec.ttl_ms is None:
+            return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
+        timed = cast(TtlRawStore, raw)  # the task opens a TtlStore for a spec with a TTL
+        return TtlKeyValueStore(spec.name, timed, spec.key_serde, spec.value_serde, self.context)
 
     def runner(self, topic: str) -> Runner:
         """The function that runs one record of ``topic`` through the graph; the task

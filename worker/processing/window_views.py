@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
+from worker.errors import TopologyError
 from worker.serde import Codec, Serde, SerdeError
 
 
@@ -201,3 +202,18 @@ class SessionStoreView(_WindowedView[RawSessionStore]):
             (codecs.decode_key(s.key), s.start_ms, s.end_ms, codecs.decode_value(s.value))
             for s in self._raw.fetch_all_sessions(end_from_ms, end_to_ms)
         ]
+
+
+_View = TypeVar("_View", WindowStoreView, SessionStoreView)
+
+
+def typed_view(found: object, name: str, kind: type[_View]) -> _View:
+    """``found`` (a processor's store ``name``) as a ``kind``: ``ctx.window_store`` and
+    ``ctx.session_store``.
+
+    Raises:
+        TopologyError: the store is of another kind.
+    """
+    if not isinstance(found, kind):
+        raise TopologyError(f"store {name!r} is not a {kind.__name__}")
+    return found

@@ -321,9 +321,9 @@ class WindowedStore(Store):
     # -- scans for window_stores.py -----------------------------------------------------
 
     def _scan(self, found: KeyRange) -> Scan:
-        """``found`` in key order, this task's buffered writes merged in (owner thread).
-        Close it before the next commit (``with``)."""
-        return Scan(self._require_open().iter(), self._buffer.entries, found)
+        """``found`` in key order, this task's buffered writes merged in (owner thread):
+        :meth:`Store.scan`, so the next commit closes it if its reader did not."""
+        return self.scan(found.lo, found.hi)
 
     def _committed_scan(self, found: KeyRange) -> Scan:
         """``found`` as committed; call with the close lock held, and close before

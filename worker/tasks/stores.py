@@ -1,4 +1,5 @@
-"""Opening a task's store as its spec says: key-value, or windowed with its layout."""
+"""Opening a task's store as its spec says: key-value (with a TTL or not), or windowed
+with its layout."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from worker.assignment.task_id import TaskId
 from worker.observability import Metrics
 from worker.processing.topology import StoreSpec
 from worker.processing.windows import SessionWindows, SlidingWindows
+from worker.state import ttl_store
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.state.window_store import WindowLayout
@@ -73,7 +75,7 @@ def open_store(
     """
     layout = window_layout(spec)
     if layout is None:
-        return Store.open(path, env, spec.name)
+        return ttl_store.open_store(path, env, spec.name, spec.ttl_ms)
     events = None if metrics is None else WindowMetrics(metrics, str(task), spec.name)
     kind = SessionStore if layout.segmented else FixedWindowStore
     return kind.open_windowed(path, env, spec.name, layout, events)

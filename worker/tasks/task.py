@@ -37,6 +37,7 @@ from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
 from worker.tasks.stream_time import CommittedStreamTime
+from worker.tasks.ttl_sweeps import sweep_expired
 
 
 @dataclass(frozen=True)
@@ -362,7 +363,9 @@ class Task:
     # -- commit protocol steps (called by the task manager, in order) ----------------
 
     def produce_changelogs(self) -> int:
-        """Step 1: send every buffered change of every logged store to its changelog."""
+        """Step 1: send every buffered change of every logged store to its changelog,
+        after each store with a TTL swept what expired (``ttl_sweeps.py``)."""
+        sweep_expired(str(self.id), self.stores, self.stream_time, self._ctx.metrics)
         sent = 0
         send = self._ctx.collector.send_changelog
         for name, store in self.stores.items():
