@@ -46,7 +46,8 @@ class WindowMetrics:
         self._ranges = metrics.window_expiry_ranges.labels(task=task, store=store)
         self._writes = metrics.window_expired_writes.labels(task=task, store=store)
         self._skipped = metrics.window_restore_skipped.labels(task=task, store=store)
-        self._late = metrics.late_records.labels(task=task, processor=store)
+        # labelled on the first late record: only stores of aggregations have any
+        self._late_records, self._task, self._store = metrics.late_records, task, store
 
     def expiry_range(self) -> None:
         self._ranges.inc()
@@ -58,7 +59,7 @@ class WindowMetrics:
         self._skipped.inc(records)
 
     def late_record(self) -> None:
-        self._late.inc()
+        self._late_records.labels(task=self._task, processor=self._store).inc()
 
 
 def open_store(
