@@ -132,7 +132,11 @@ class WindowedAggregation:
     def _emit(
         self, ctx: ProcessorContext, key: Any, window: Window, aggregate: Any, max_ts: int
     ) -> None:
-        ctx.forward(Windowed(key, window.start_ms, window.end_ms), aggregate, timestamp=max_ts)
+        windowed = Windowed(key, window.start_ms, window.end_ms)
+        if max_ts == ctx.timestamp:  # the common case: the record is the window's latest
+            ctx.forward(windowed, aggregate)
+        else:
+            ctx.forward(windowed, aggregate, timestamp=max_ts)
 
     def init(self, ctx: ProcessorContext) -> None:
         """Register emit-final's punctuator (``add_processor(..., init=)``)."""
