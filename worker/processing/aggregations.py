@@ -5,7 +5,7 @@ tumbling and hopping, the session layout for sessions and sliding windows). Per 
 
 1. raise the store's observed time to the record's timestamp (it counts even when the
    record turns out late, as in ``windows.py``: the operator's observed time includes the
-   current record);
+   current record; for fixed windows the window's write does it);
 2. find the windows the record updates (:mod:`.windows`, :mod:`.sessions`,
    :mod:`.sliding`); none open: the record is *late*, dropped and counted
    (``worker_late_records_total{task,processor}``, through the store's events hook);
@@ -122,7 +122,10 @@ class WindowedAggregation:
         return ctx.current_node.stores[self.name].raw
 
     def _encode(self, aggregate: Any) -> bytes:
-        data = self._values.encode(aggregate)
+        try:  # the codec's rule inline (this runs per window update): None first
+            data = None if aggregate is None else self._values.fast_encode(aggregate)
+        except Exception:
+            data = self._values.encode(aggregate)
         if data is None:
             raise TopologyError(
                 f"aggregation {self.name!r}: aggregate {aggregate!r} encodes to nothing"
@@ -130,9 +133,9 @@ class WindowedAggregation:
         return data
 
     def _emit(
-        self, ctx: ProcessorContext, key: Any, window: Window, aggregate: Any, max_ts: int
+        self, ctx: ProcessorContext, key: Any, start: int, end: int, aggregate: Any, max_ts: int
     ) -> None:
-        windowed = Windowed(key, window.start_ms, window.end_ms)
+        windowed = Windowed(key, start, end)
         if max_ts == ctx.timestamp:  # the common case: the record is the window's latest
             ctx.forward(windowed, aggregate)
         else:
@@ -194,11 +197,12 @@ class WindowedAggregation:
             return
         raw = self._raw(ctx)
         ts = ctx.timestamp
-        raw.advance(ts)
         windows = self.windows
         if isinstance(windows, TimeWindows):
             self._fixed(ctx, raw, windows, key, raw_key, value, ts)
-        elif isinstance(windows, SessionWindows):
+            return
+        raw.advance(ts)
+        if isinstance(windows, SessionWindows):
             self._session(ctx, raw, windows, key, raw_key, value, ts)
         else:
             self._sliding(ctx, raw, windows, key, raw_key, value, ts)
@@ -213,20 +217,33 @@ class WindowedAggregation:
         value: Any,
         ts: int,
     ) -> None:
-        assignment = windows.assign(ts, raw.observed_ms)
-        if assignment.late:
-            self._late(raw)
-            return
-        for window in assignment.open:
-            stored = raw.get_window(raw_key, window.start_ms)
+        # The observed time with this record; put_window advances the store to it (a late
+        # record is older than the observed time: nothing to advance).
+        observed = max(raw.observed_ms, ts)
+        size = windows.size_ms
+        if size == windows.advance_ms:  # tumbling: one window, no Assignment to build
+            start = ts - ts % size
+            starts: Iterable[int] = () if start < windows.close_bound(observed) else (start,)
+        else:
+            starts = [w.start_ms for w in windows.assign(ts, observed).open]
+        values, late = self._values, True
+        for start in starts:
+            late = False
+            stored = raw.get_window(raw_key, start)
             if stored is None:
                 aggregate, max_ts = self._initializer(), ts
             else:
-                aggregate, max_ts = self._values.decode(stored.value), max(stored.max_ts_ms, ts)
+                try:
+                    aggregate = values.fast_decode(stored.value)
+                except Exception:
+                    aggregate = values.decode(stored.value)
+                max_ts = max(stored.max_ts_ms, ts)
             aggregate = self._aggregator(key, value, aggregate)
-            raw.put_window(raw_key, window.start_ms, self._encode(aggregate), ts, max_ts_ms=max_ts)
+            raw.put_window(raw_key, start, self._encode(aggregate), ts, max_ts_ms=max_ts)
             if not self.final:
-                self._emit(ctx, key, window, aggregate, max_ts)
+                self._emit(ctx, key, start, start + size, aggregate, max_ts)
+        if late:
+            self._late(raw)
 
     def _session(
         self,
@@ -268,7 +285,7 @@ class WindowedAggregation:
                 ctx.forward(Windowed(key, replaced.start_ms, replaced.end_ms), None)
         raw.put_session(raw_key, session.start_ms, session.end_ms, self._encode(aggregate), ts)
         if not self.final:
-            self._emit(ctx, key, session, aggregate, session.end_ms)
+            self._emit(ctx, key, session.start_ms, session.end_ms, aggregate, session.end_ms)
 
     def _sliding(
         self,
@@ -307,7 +324,7 @@ class WindowedAggregation:
                 max_ts_ms=write.max_ts,
             )
             if not self.final and not windows.is_closed(window, raw.observed_ms):
-                self._emit(ctx, key, window, aggregate, write.max_ts)
+                self._emit(ctx, key, window.start_ms, window.end_ms, aggregate, write.max_ts)
 
 
 def _as_stored(found: Iterable[_Stored]) -> list[sliding.Stored]:
