@@ -22,20 +22,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from benchmarks import plots, throughput
+from benchmarks import plots, profiling, throughput
 from benchmarks.apps import SUMS_INPUT, WINDOWED_OUTPUT
 from benchmarks.baselines import consume_and_produce
 from benchmarks.count_sum import amount_records
 from benchmarks.harness import RunContext, start_broker
 from benchmarks.kafka_io import create_topics, produce
 from benchmarks.measure import steady_rate_or_span
-from benchmarks.results import PlotPath, Result, Row, Target
+from benchmarks.results import PlotPath, Result, Row, Target, table
 
 NAME = "windowed"
 TITLE = "Windowed count and sum: tumbling minutes, emit on update"
 APP = "benchmarks.apps:windowed_count_and_sum_app"
 PARTITIONS = 4
 TARGET = 0.15  # issue 22
+CATEGORIES = throughput.categories(
+    "the aggregation (`worker/processing/aggregations.py`)", "worker/processing/aggregations.py"
+)
 SPAN_MS = 3_600_000  # event times spread over one hour
 JITTER_MS = 5_000
 
@@ -59,6 +62,7 @@ class Measured:
     ceilings: list[Samples]
     worker: Samples
     seconds: float  # worker launch to last record
+    profile: tuple[profiling.Summary, dict[str, float]] | None  # (summary, category shares)
 
     def ceiling_rate(self) -> float:
         return max(steady_rate_or_span(s, self.params.records) for s in self.ceilings)
@@ -93,8 +97,23 @@ def measure(ctx: RunContext, params: Params) -> Measured:
         ctx, bootstrap, "worker-windowed", settings, params.records, app=APP
     )
     ceilings.append(consume_and_produce(bootstrap, SUMS_INPUT, "ceiling-out"))
+    profile = _profile(ctx, bootstrap, settings, params) if ctx.profile else None
     broker.stop(timeout=3.0)
-    return Measured(params, ceilings, samples, seconds)
+    return Measured(params, ceilings, samples, seconds, profile)
+
+
+def _profile(
+    ctx: RunContext, bootstrap: str, settings: dict[str, object], params: Params
+) -> tuple[profiling.Summary, dict[str, float]]:
+    """A second, profiled worker run over the same input (its own group); not measured."""
+    sources = profiling.snapshot_sources()
+    throughput.worker_run(
+        ctx, bootstrap, "profiled-windowed", settings, params.records, NAME, app=APP
+    )
+    raw = ctx.path("profiles", f"{NAME}.txt")
+    within = "Worker._run_loop"
+    shares = dict(profiling.breakdown(raw, within, CATEGORIES, sources, throughput.LOOP))
+    return profiling.summarise(raw, within, sources), shares
 
 
 def report(measured: Measured, plot_path: PlotPath) -> Result:
@@ -132,4 +151,12 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             total=params.records,
         )  # fmt: skip
     )
+    if measured.profile is not None:
+        summary, shares = measured.profile
+        rows = [[label, f"{share:.0%}"] for label, share in shares.items()]
+        result.details.append(
+            table(["the processing thread's busy time (profiled run)", "share"], rows)
+        )
+        result.details.append(profiling.markdown(summary, "Profile"))
+        result.plots.append(plots.profile(plot_path(f"{NAME}-profile"), {"windowed": summary}))
     return result
