@@ -38,7 +38,7 @@ from worker.errors import TopologyError
 from worker.processing import sessions, sliding
 from worker.processing.context import ProcessorContext
 from worker.processing.windows import SessionWindows, SlidingWindows, TimeWindows, Window, Windows
-from worker.serde import Codec, Serde
+from worker.serde import Codec, Serde, SerdeError
 from worker.windowed_serde import Windowed
 
 Initializer = Callable[[], Any]
@@ -127,7 +127,7 @@ class WindowedAggregation:
         except Exception:
             data = self._values.encode(aggregate)
         if data is None:
-            raise TopologyError(
+            raise SerdeError(
                 f"aggregation {self.name!r}: aggregate {aggregate!r} encodes to nothing"
             )
         return data

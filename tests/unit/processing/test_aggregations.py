@@ -13,7 +13,7 @@ from tests.support.aggregating import Running
 from worker.errors import TopologyError
 from worker.processing.topology import BuiltTopology, Topology
 from worker.processing.windows import InvalidWindow, Windows, hopping, session, sliding, tumbling
-from worker.serde import JSON, STR
+from worker.serde import JSON, STR, SerdeError
 from worker.windowed_serde import Windowed, WindowedSerde
 
 SECOND = 1000
@@ -251,3 +251,24 @@ def test_bad_window_definitions_name_the_key(build: Any, key: str) -> None:
         counting(build(), "final")
     assert bad.value.key == key
     assert key in str(bad.value)
+
+
+def test_an_aggregate_that_encodes_to_nothing_is_a_serde_error(run: Any) -> None:
+    built = (
+        Topology()
+        .add_source("in", "input", STR, JSON)
+        .add_windowed_aggregation(
+            "none",
+            ["in"],
+            tumbling(1000, grace_ms=0),
+            initializer=lambda: 0,
+            aggregator=lambda key, value, n: None,
+            emit="update",
+            key_serde=STR,
+            value_serde=JSON,
+        )
+        .build()
+    )
+    agg = run(built)
+    with pytest.raises(SerdeError, match="'none'.*encodes to nothing"):
+        agg.feed("a", 1, 1_000)
