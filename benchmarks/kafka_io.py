@@ -64,8 +64,12 @@ def produce(
     producer: ck.Producer | None = None,
     flush: bool = True,
     next_offsets: dict[int, int] | None = None,
+    timestamps: Iterable[int] | None = None,
 ) -> int:
     """Produce pre-serialised (key, value) pairs, partitioned by murmur2(key); return the count.
+
+    ``timestamps``, when given, are the records' timestamps in ms, one per record (else
+    the producer's clock).
 
     ``next_offsets``, when given, is updated per partition with the offset after the last
     acknowledged record. Raises BenchmarkFailed if the broker did not acknowledge every
@@ -83,10 +87,12 @@ def produce(
             ends[msg.partition()] = msg.offset() + 1
 
     count = 0
+    times = iter(timestamps) if timestamps is not None else None
     for key, value in records:
+        timestamp = 0 if times is None else next(times)
         while True:
             try:
-                prod.produce(topic, value, key, on_delivery=on_delivery)
+                prod.produce(topic, value, key, on_delivery=on_delivery, timestamp=timestamp)
                 break
             except BufferError:
                 prod.poll(0.05)

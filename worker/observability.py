@@ -124,6 +124,12 @@ class Metrics:
             ["task", "store"],
             registry=r,
         )
+        self.late_records = Counter(
+            "worker_late_records_total",
+            "Records a windowed aggregation dropped: every window they belong to had closed",
+            ["task", "processor"],
+            registry=r,
+        )
         self.window_restore_skipped = Counter(
             "worker_window_restore_skipped_records_total",
             "Changelog records of expired windows a restore or standby read and skipped",
