@@ -29,10 +29,10 @@ from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
-from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
@@ -194,18 +194,8 @@ class Task:
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
 
     def _migrate_checkpoint(self) -> None:
-        """Offsets found only in an old ``.checkpoint`` move into stores that have none."""
         path = self._ctx.state_dir.checkpoint_path(self.id)
-        try:
-            legacy = read_checkpoint(path)
-        except CheckpointError as exc:
-            self.log.warning("checkpoint.unreadable", error=str(exc))
-            return
-        for name, tp in self.changelogs.items():
-            store = self.stores[name]
-            if tp in legacy and tp not in store.committed_offsets():
-                store.commit({tp: legacy[tp]})
-                self.log.info("checkpoint.migrated", store=name, offset=legacy[tp])
+        migrate_checkpoint(path, self.stores, self.changelogs, self.log)
 
     def wipe(self, reason: str) -> None:
         """Delete this task's local state and reopen empty stores (state must be CORRUPTED).
@@ -436,11 +426,7 @@ class Task:
         flushes the store being written, so a store that went quiet would otherwise hold
         its memtable indefinitely.
         """
-        offsets: dict[TP, int] = {}
-        for store in self.stores.values():
-            store.flush()
-            offsets.update(store.committed_offsets())
-        write_checkpoint(self._ctx.state_dir.checkpoint_path(self.id), offsets)
+        flush_to_checkpoint(self._ctx.state_dir.checkpoint_path(self.id), self.stores.values())
         self._last_checkpoint = self._ctx.clock.monotonic()
         self._ctx.metrics.checkpoint_writes.inc()
 
