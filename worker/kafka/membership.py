@@ -330,8 +330,12 @@ class GroupMember:
     def handed_over(self) -> None:
         """The runtime released every revoked task in its changelog (worker/tasks/
         handover.py): their new owners hold them already, no follow-up round is needed.
-        Only while revoking; otherwise a no-op."""
+        Only while revoking; otherwise a no-op. During a rolling upgrade (a member of an
+        older version still in the group) the follow-up round still runs: an older new
+        owner takes a task over only when a round gives it."""
         if self._fsm.state is not MemberState.REVOKING or self._consumer is None:
+            return
+        if not self._assignor.group_reads_compact:
             return
         group_coordinator.cancel_follow_up(self._consumer)
         self._transition(MemberState.STABLE, reason="handed over in this round")

@@ -142,6 +142,14 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             if not isinstance(received, UserDataError):
                 self._version = user_data_version(data)
 
+    @property
+    def group_reads_compact(self) -> bool:
+        """Whether the last assignment came in the compact format, which the leader uses
+        only when every member reads it: a group with no worker of an older version, so
+        every member takes a released task over in its round (worker/tasks/handover.py)."""
+        with self._lock:
+            return self._version > JSON_VERSION
+
     def take(self) -> Assignment | None:
         """The assignment received since the last call, if any; raises if it was undecodable."""
         with self._lock:

@@ -19,7 +19,7 @@ from kafka.future import Future
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from tests.support.waiting import wait_until
-from worker.assignment.model import Assignment, Subscription
+from worker.assignment.model import ASSIGNMENT_VERSION, JSON_VERSION, Assignment, Subscription
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
 from worker.errors import FatalError, RebalanceInProgress
@@ -70,13 +70,19 @@ class FakeCoordinator:
         self.joins.append(Future())
         return self.joins[-1]
 
-    def finish(self, consumer: FakeConsumer, assignment: Assignment, generation: int) -> None:
+    def finish(
+        self,
+        consumer: FakeConsumer,
+        assignment: Assignment,
+        generation: int,
+        version: int = ASSIGNMENT_VERSION,
+    ) -> None:
         """The broker answered: a new generation, the assignor's callback, the future."""
         assert self.member is not None
         consumer.generation = generation
         self.lost = False
         self.member._assignor.on_assignment(
-            ConsumerProtocolAssignment(0, [], assignment.encode()), generation
+            ConsumerProtocolAssignment(0, [], assignment.encode(version)), generation
         )
         self.joins[-1].success(True)
 
@@ -129,8 +135,10 @@ class Harness:
         self.member._consumer = self.consumer  # type: ignore[assignment]
         fake.member = self.member
 
-    def finish(self, assignment: Assignment, generation: int) -> list[Any]:
-        self.fake.finish(self.consumer, assignment, generation)
+    def finish(
+        self, assignment: Assignment, generation: int, version: int = ASSIGNMENT_VERSION
+    ) -> list[Any]:
+        self.fake.finish(self.consumer, assignment, generation, version)
         return self.member.poll()
 
     def sent(self) -> Subscription:
@@ -402,3 +410,18 @@ def test_revoked_tasks_handed_over_in_this_round_need_no_follow_up_round(
     assert harness.member.poll() == []
     assert len(harness.fake.joins) == 2, "no follow-up join"
     assert harness.counter("worker_follow_up_rebalances_total") == 0
+
+
+def test_during_a_rolling_upgrade_a_hand_over_keeps_the_follow_up_round(
+    harness: Harness,
+) -> None:
+    _stable(harness, A, B)
+    harness.fake.rejoin = True
+    harness.member.poll()
+    harness.finish(_assignment(A), 2, version=JSON_VERSION)  # an older member is in the group
+    harness.fake.rejoin = True
+
+    harness.member.handed_over()  # an older new owner would not take B over on the release
+
+    assert harness.member.state is MemberState.REVOKING
+    assert harness.fake.rejoin, "the follow-up round still gives B to its new owner"
