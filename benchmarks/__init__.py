@@ -21,4 +21,5 @@ BENCHMARK_NAMES = (
     "restart",
     "spark_load",
     "scale",
+    "scans_ttl",
 )

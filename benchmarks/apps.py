@@ -52,3 +52,23 @@ def count_and_sum_app() -> Topology:
         .add_processor("sum", count_and_sum, parents=["amounts-in"], stores=[SUMS_STORE])
         .add_sink("totals-out", SUMS_OUTPUT, parents=["sum"], key_serde=STR, value_serde=JSON)
     )
+
+
+TTL_TOPIC = "ttl-input"
+TTL_STORE = "recent"
+TTL_MS = 2000
+
+
+def keep_recent(ctx: ProcessorContext, key: bytes, value: bytes) -> None:
+    ctx.store(TTL_STORE).put(key, value)
+
+
+def ttl_app() -> Topology:
+    """The latest value of each key for ``TTL_MS`` of stream time: under a churn of
+    distinct keys the store holds the last ``TTL_MS`` of them, whatever the total."""
+    return (
+        Topology()
+        .add_source("ttl-in", TTL_TOPIC, key_serde=BYTES, value_serde=BYTES)
+        .add_store(TTL_STORE, key_serde=BYTES, value_serde=BYTES, ttl_ms=TTL_MS)
+        .add_processor("keep", keep_recent, parents=["ttl-in"], stores=[TTL_STORE])
+    )

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -132,9 +132,28 @@ def read_timestamps(
 ) -> dict[int, list[int]]:
     """Every record's timestamp (ms) per partition of ``topic``, from offset ``start[p]``
     (default: the beginning) to the end."""
+    found: dict[int, list[int]] = {p: [] for p in partitions_of(bootstrap, topic)}
+    read_topic(
+        bootstrap,
+        topic,
+        lambda msg: found[msg.partition()].append(msg.timestamp()[1]),
+        start,
+        timeout,
+    )
+    return found
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    visit: Callable[[Any], object],
+    start: Mapping[int, int] | None = None,
+    timeout: float = 120.0,
+) -> None:
+    """Call ``visit(message)`` for every record of ``topic`` from offset ``start[p]``
+    (default: the beginning) to the end of each partition."""
     parts = partitions_of(bootstrap, topic)
     consumer = raw_consumer(bootstrap, f"bench-reader-{uuid.uuid4().hex[:6]}")
-    found: dict[int, list[int]] = {p: [] for p in parts}
     begin = dict(start or {})
     try:
         consumer.assign(
@@ -148,14 +167,13 @@ def read_timestamps(
             for msg in consumer.consume(10000, 0.5):
                 err = msg.error()
                 if err is None:
-                    found[cast(int, msg.partition())].append(msg.timestamp()[1])
+                    visit(msg)
                 elif is_partition_eof(err):
                     pending.discard(msg.partition())
                 else:
                     raise BenchmarkFailed(f"reading {topic}: {err}")
     finally:
         consumer.close()
-    return found
 
 
 class SteadyProducer:

@@ -313,3 +313,26 @@ def stacked(path: Path, title: str, bars: Mapping[str, Mapping[str, float]], uni
     ax.legend(loc="lower right", fontsize=7)
     ax.grid(alpha=0.3, axis="x")
     return _save(fig, path)
+
+
+def churn(path: Path, title: str, rows: Sequence[tuple[float, float, float, float]]) -> Path:
+    """A store under a churn of keys: ``(records in, changelog records, changelog live
+    keys, RocksDB MiB)`` per sample; counts on the left axis, MiB on the right."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    done = [r[0] for r in rows]
+    ax.plot(done, [r[1] for r in rows], label="changelog records", lw=1.8)
+    ax.plot(done, [r[2] for r in rows], label="changelog live keys", lw=1.8)
+    ax.set_yscale("log")  # a million records beside a few thousand live keys
+    ax.set_xlabel("records in (distinct keys)")
+    ax.set_ylabel("records, keys (log)")
+    ax.grid(alpha=0.3)
+    disk = ax.twinx()
+    disk.plot(done, [r[3] for r in rows], label="RocksDB MiB", color="grey", lw=1.2, ls="--")
+    disk.set_ylabel("RocksDB MiB on disk")
+    disk.set_ylim(bottom=0)
+    lines = ax.get_legend_handles_labels()
+    more = disk.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
+    ax.set_title(title)
+    return _save(fig, path)

@@ -239,3 +239,20 @@ class Metrics:
             "Bytes of memtables across all stores (RocksDB's write buffer manager)",
             registry=r,
         )
+        self.ttl_evictions = Counter(
+            "worker_ttl_evictions",
+            "Expired keys a TTL sweep deleted (each with a changelog tombstone)",
+            ["task", "store"],
+            registry=r,
+        )
+        self.ttl_sweep_backlog = Gauge(
+            "worker_ttl_sweep_backlog",
+            "Expired keys left for the next sweep after the last one (counted up to a cap)",
+            ["task", "store"],
+            registry=r,
+        )
+        self.store_open_iterators = Gauge(
+            "worker_store_open_iterators",
+            "Range and prefix scans open over all stores (each commit closes its task's)",
+            registry=r,
+        )

@@ -6,8 +6,10 @@ records). Writes are visible at once; there is no buffer, cache, commit or offse
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from worker.state.scan import KeyRange, check_limit, key_range, prefix_range
 
 
 def _nothing_cached(key: bytes, default: object) -> object:
@@ -49,3 +51,39 @@ class DictStore:
         if type(key) is not bytes:
             raise TypeError("store keys must be bytes")
         self.data.pop(key, None)
+
+    def scan(
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> ListScan:
+        return self._scan(key_range(lo, hi), reverse, limit)
+
+    def scan_prefix(
+        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> ListScan:
+        return self._scan(prefix_range(prefix), reverse, limit)
+
+    def _scan(self, keys: KeyRange, reverse: bool, limit: int | None) -> ListScan:
+        limit = check_limit(limit)
+        pairs = sorted(((k, v) for k, v in self.data.items() if k in keys), reverse=reverse)
+        return ListScan(pairs if limit is None else pairs[:limit])
+
+
+class ListScan:
+    """A scan of a :class:`DictStore`: a copy of the pairs found, closable like a real one."""
+
+    def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._pairs: Iterator[tuple[bytes, bytes]] = iter(pairs)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        return next(self._pairs)
+
+    def close(self) -> None:
+        self._pairs = iter(())

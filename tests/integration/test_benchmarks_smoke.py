@@ -63,6 +63,12 @@ EXPECTED_ROWS = {
         "rows/s, whole job (files -> aggregate -> checks -> write)",
         "rows/s, write phase only",
     ],
+    "Scans and TTL": [
+        "scan, pairs/s",
+        "scan with uncommitted writes, pairs/s",
+        "TTL sweep, µs per expired key",
+        "TTL store under a churn of distinct keys: changelog live keys",
+    ],
 }
 
 

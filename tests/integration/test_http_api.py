@@ -120,6 +120,7 @@ def test_every_endpoint_of_two_workers(pair: tuple[ExampleData, list[WorkerProce
     _answered_here(a, local, expected)
     _redirected_to_the_other_worker(a, b, remote, expected)
     _stale_read_from_the_local_standby(a, remote, expected)
+    _ranges_cover_the_store_partition_by_partition(a, b, expected)
     _clear_errors(a)
 
 
@@ -211,6 +212,32 @@ def _stale_read_from_the_local_standby(
         lag = int(reply.headers["X-Worker-Standby-Lag"])
         assert lag == reply.json["lag"] == 0  # caught up: no traffic since it settled
         assert reply.json["value"] == expected[account]
+
+
+def _ranges_cover_the_store_partition_by_partition(
+    a: WorkerProcess, b: WorkerProcess, expected: dict[str, Any]
+) -> None:
+    """a answers its own partitions merged and names b's; each of b's, asked of a with
+    ``partition=``, is redirected to b; together they are the whole store, in key order."""
+    mine = get(endpoint(a), f"/stores/{TOTALS}/range?limit=1000")
+    assert mine.status == 200 and mine.json["complete"] is False
+    assert set(mine.json["elsewhere"].values()) == {endpoint(b)}
+    found = {item["key"]: item["value"] for item in mine.json["items"]}
+    assert list(found) == sorted(found)
+    for partition in mine.json["elsewhere"]:
+        path = f"/stores/{TOTALS}/range?partition={partition}&limit=1000"
+        redirected = get(endpoint(a), path)
+        assert redirected.status == 307
+        target = urlsplit(redirected.headers["Location"])
+        theirs = get(target.netloc, f"{target.path}?{target.query}")
+        assert theirs.status == 200 and theirs.json["partitions"] == [int(partition)]
+        found.update((item["key"], item["value"]) for item in theirs.json["items"])
+    assert found == expected
+    first = sorted(expected)[0]
+    some = get(endpoint(b), f"/stores/{TOTALS}/prefix?prefix={first}&limit=1&partition=0")
+    assert some.status in (200, 307)
+    over = get(endpoint(a), f"/stores/{TOTALS}/range?limit=100000")
+    assert over.status == 400 and "maximum 1000" in over.json["error"]
 
 
 def _clear_errors(a: WorkerProcess) -> None:

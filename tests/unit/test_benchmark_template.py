@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import BENCHMARK_NAMES, initial_standbys, memory, report, restart, restore
+from benchmarks import (
+    BENCHMARK_NAMES,
+    initial_standbys,
+    memory,
+    report,
+    restart,
+    restore,
+    scans_ttl,
+)
 from benchmarks.results import Result
 
 RUN = report.RunInfo(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 60.0, False, 0.5, 0.6, "make bench")
@@ -128,3 +136,26 @@ def test_restore_reports_runs_in_order_tasks_and_steady_rates_as_tables(tmp_path
     ]
     assert "| worker restore 1 | 0.50 | 200,000 |" in runs
     assert "| 0_0 | 60,000 | 0.50 |" in tasks
+
+
+def test_scans_ttl_reports_the_scan_runs_and_the_churn_over_time(tmp_path: Path) -> None:
+    params = scans_ttl.Params(keys=100, sweep_keys=10, churn=2000, chunks=2, runs=2)
+    measured = scans_ttl.Measured(
+        params,
+        {"raw iterator": [0.01, 0.02], "view": [0.04, 0.05], "view, 10% buffered": [0.05, 0.06]},
+        0.001,
+        0.0001,
+        [
+            scans_ttl.Sample(1000, 2 * 2**20, 1500, 300, 700),
+            scans_ttl.Sample(2000, 2 * 2**20, 3500, 310, 1690),
+        ],
+        620,
+    )
+
+    result = scans_ttl.report(measured, lambda name: tmp_path / f"{name}.png")
+
+    assert asked("scans_ttl") <= set(result.facts)
+    assert [row.measured for row in result.rows][:2] == [2500, 2000]
+    scans, churn = result.details
+    assert "| view | 40 | 50 | 2,500 |" in scans
+    assert "| 2,000 | 2.0 | 3,500 | 310 | 1,690 |" in churn

@@ -136,6 +136,7 @@ def test_the_processing_modules_do_not_import_each_other_in_a_cycle() -> None:
             (
                 "state/store.py",
                 "state/store_format.py",
+                "state/store_scans.py",
                 "state/memtables.py",
                 "state/rocksdb_env.py",
                 "state/rocksdb_errors.py",

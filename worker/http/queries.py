@@ -37,9 +37,10 @@ request reads one snapshot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from worker.assignment.model import encode_routing
 from worker.assignment.task_id import TaskId
@@ -47,7 +48,7 @@ from worker.http.directory import RoutingDirectory
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.partitioner import partition_for
 from worker.processing.topology import BuiltTopology, StoreSpec, Subtopology
-from worker.runtime.status import Status, StoreStatus, TaskStatus
+from worker.runtime.status import Routing, Status, StoreStatus, TaskStatus
 from worker.serde import SerdeError
 from worker.state.store import StoreClosedError
 
@@ -70,6 +71,8 @@ class Reply:
 
 @dataclass(frozen=True)
 class _Query:
+    """One key lookup (``redirect`` and ``unavailable`` need its ``store`` and ``path``)."""
+
     store: str
     spec: StoreSpec
     subtopology: Subtopology
@@ -77,6 +80,24 @@ class _Query:
     key_text: str
     allow_stale: bool
     path: str  # the request's raw path and query, reused for redirects
+
+
+class Routed(Protocol):
+    """What routing needs of a request: its store, its raw path (for a redirect) and
+    whether a local copy may answer (``allow_stale``)."""
+
+    @property
+    def store(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def allow_stale(self) -> bool: ...
+
+
+Read = Callable[[TaskId, TaskStatus, bool], "Reply | None"]
+"""Answers from a local copy of a task: (task, its status, stale?) -> reply, None if closed."""
 
 
 class QueryRouter:
@@ -97,6 +118,14 @@ class QueryRouter:
     @property
     def store_names(self) -> list[str]:
         return sorted(self._stores)
+
+    def find(self, store: str) -> tuple[Subtopology, StoreSpec] | None:
+        """The sub-topology and spec of ``store``; None for an unknown store."""
+        return self._stores.get(store)
+
+    def snapshot(self) -> Status:
+        """The latest published status."""
+        return self._status()
 
     def owner(self, store: str, key: bytes, status: Status | None = None) -> TaskId | None:
         """The task whose ``store`` holds ``key``; None until the task count is known.
@@ -128,26 +157,32 @@ class QueryRouter:
         if reply is None:  # the store closed under us: one more try on a newer snapshot
             newer = self._status()
             reply = self._answer(query, newer) if newer is not status else None
-        return reply or _unavailable(query, "the store was closed (task closing or moving)")
+        return reply or unavailable(query, "the store was closed (task closing or moving)")
 
     def _answer(self, query: _Query, status: Status) -> Reply | None:
         """Steps 2-6 of the module doc on one snapshot; None if the store was closed."""
         task_id = self.owner(query.store, query.key, status)
         if task_id is None:
-            return _unavailable(query, "the number of tasks is not known yet (starting)")
+            return unavailable(query, "the number of tasks is not known yet (starting)")
+        return self.route(query, task_id, status, functools.partial(_read, query))
+
+    def route(self, query: Routed, task_id: TaskId, status: Status, read: Read) -> Reply | None:
+        """Steps 3-6 of the module doc for the task ``task_id`` (a key's owner, or a
+        partition a range query asks for); ``read`` answers from a local copy, None if it
+        closed."""
         local = status.task(task_id)
         if local is not None and local.kind == "active" and local.state == "running":
-            return _read(query, task_id, local, stale=False)
-        if query.allow_stale and local is not None and _store_of(local, query.store):
-            return _read(query, task_id, local, stale=True)
-        routing = self._directory.resolve(status.routing)
+            return read(task_id, local, False)
+        if query.allow_stale and local is not None and store_of(local, query.store):
+            return read(task_id, local, True)
+        routing = self.routing(status)
         target = routing.active_host(task_id)
         if target is None and query.allow_stale:
             target = next(
                 (h for h in routing.standby_hosts_of(task_id) if h != routing.endpoint), None
             )
         if target is not None and target != routing.endpoint:
-            return _redirect(query, task_id, target)
+            return redirect(query, task_id, target)
         if local is not None:
             why = f"task {task_id} is {local.kind} and {local.state} here"
         elif target == routing.endpoint:
@@ -156,7 +191,11 @@ class QueryRouter:
             why = f"the routing map of generation {routing.generation} is not available yet"
         else:
             why = f"no instance hosts task {task_id} yet (state {status.state.value})"
-        return _unavailable(query, why, task_id)
+        return unavailable(query, why, task_id)
+
+    def routing(self, status: Status) -> Routing:
+        """The snapshot's routing, its host maps fetched from the directory when needed."""
+        return self._directory.resolve(status.routing)
 
     # -- GET /tasks ------------------------------------------------------------------
 
@@ -193,12 +232,12 @@ class QueryRouter:
         )
 
 
-def _store_of(task: TaskStatus, name: str) -> StoreStatus | None:
+def store_of(task: TaskStatus, name: str) -> StoreStatus | None:
     return next((s for s in task.stores if s.name == name and s.store is not None), None)
 
 
 def _read(query: _Query, task_id: TaskId, local: TaskStatus, stale: bool) -> Reply | None:
-    view = _store_of(local, query.store)
+    view = store_of(local, query.store)
     if view is None:
         return None  # an active without its stores: closing; retried on a newer snapshot
     try:
@@ -228,7 +267,7 @@ def _read(query: _Query, task_id: TaskId, local: TaskStatus, stale: bool) -> Rep
     return Reply(200, body, headers)
 
 
-def _redirect(query: _Query, task_id: TaskId, endpoint: str) -> Reply:
+def redirect(query: Routed, task_id: TaskId, endpoint: str) -> Reply:
     location = f"http://{endpoint}{query.path}"
     return Reply(
         307,
@@ -242,7 +281,7 @@ def _redirect(query: _Query, task_id: TaskId, endpoint: str) -> Reply:
     )
 
 
-def _unavailable(query: _Query, why: str, task_id: TaskId | None = None) -> Reply:
+def unavailable(query: Routed, why: str, task_id: TaskId | None = None) -> Reply:
     body: dict[str, Any] = {"error": f"not available now: {why}; retry", "store": query.store}
     headers = {"Retry-After": RETRY_AFTER_SECONDS}
     if task_id is not None:

@@ -9,6 +9,9 @@
 ``GET /stores/{store}/keys/{key}``   the committed value of ``key`` (``?allow_stale=true``
                                      may answer from a local standby), a 307 to the
                                      instance that hosts it, or a JSON 4xx/503
+``GET /stores/{store}/range``        committed pairs in key order, ``?from=&to=&limit=``
+``GET /stores/{store}/prefix``       and ``?prefix=&limit=``: per partition, see
+                                     :mod:`worker.http.ranges`
 ``GET /tasks``                       this instance's tasks (kind, state, offsets, lag,
                                      unavailable seconds by cause) and the latest
                                      assignment's host maps
@@ -35,6 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.errors import FatalError
 from worker.http.queries import QueryRouter, Reply
+from worker.http.ranges import PARAMETERS, RangeQueries
 from worker.observability import Metrics, get_logger
 from worker.runtime.status import Status
 
@@ -67,6 +71,7 @@ class HttpServer:
         self._metrics = metrics
         self._status = status
         self._queries = queries
+        self._ranges = None if queries is None else RangeQueries(queries)
         handler = self._handler_class()
         try:
             self._server = ThreadingHTTPServer((host, port), handler)
@@ -123,11 +128,18 @@ class HttpServer:
         return Reply(404, {"error": f"no such endpoint: {path}"})
 
     def _store_query(self, segments: list[str], query: str, origin: str) -> Reply:
-        assert self._queries is not None
+        assert self._queries is not None and self._ranges is not None
+        if len(segments) == 4 and segments[3] in PARAMETERS:
+            last = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+            store = unquote(segments[2], errors="strict")
+            return self._ranges.get(store, segments[3], last, origin)
         if len(segments) != 5 or segments[3] != "keys":
             return Reply(
                 404,
-                {"error": "expected /stores/{store}/keys/{key} (encode '/' in a key as %2F)"},
+                {
+                    "error": "expected /stores/{store}/keys/{key} (encode '/' in a key as "
+                    "%2F), /stores/{store}/range or /stores/{store}/prefix"
+                },
             )
         params = parse_qs(query, keep_blank_values=True)
         unknown = sorted(set(params) - {"allow_stale"})

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from worker.errors import TopologyError
 from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.processing.timestamps import check as check_timestamp
+from worker.processing.view_scans import RawScan, ViewScan, prefix_bytes
 from worker.serde import Codec, Serde, SerdeError
 
 Lookup = Callable[[bytes, object], object]
@@ -59,6 +60,21 @@ class RawStore(Protocol):
     def put(self, key: bytes, value: bytes) -> None: ...
 
     def delete(self, key: bytes) -> None: ...
+
+    def scan(
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> RawScan:
+        """``[lo, hi)`` in key order, uncommitted writes included (``Store.scan``)."""
+        ...
+
+    def scan_prefix(
+        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> RawScan: ...
 
 
 class Record(Protocol):
@@ -111,6 +127,7 @@ class KeyValueStore:
         "_miss",
         "_raw_put",
         "_raw_delete",
+        "_raw",
     )
 
     def __init__(
@@ -131,6 +148,7 @@ class KeyValueStore:
         )
         self._raw_put = raw.put
         self._raw_delete = raw.delete
+        self._raw = raw
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or None. Raises SerdeError for a key that encodes to nothing."""
@@ -174,6 +192,33 @@ class KeyValueStore:
     def delete(self, key: Any) -> None:
         self._check_writable()
         self._raw_delete(self._raw_key(key))
+
+    def range(
+        self,
+        from_key: Any = None,
+        to_key: Any = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> ViewScan:
+        """The pairs with ``from_key <= key < to_key`` (None: that end open), in the
+        keys' serialised byte order, this task's uncommitted writes included; at most
+        ``limit`` of them; top down with ``reverse``. A context manager (see ViewScan).
+
+        Raises:
+            ScanRangeError: ``from_key`` is after ``to_key``, or ``limit`` is not an int
+                >= 0 (nothing was read).
+        """
+        lo = None if from_key is None else self._raw_key(from_key)
+        hi = None if to_key is None else self._raw_key(to_key)
+        raw = self._raw.scan(lo, hi, reverse=reverse, limit=limit)
+        return ViewScan(raw, self._keys, self._values)
+
+    def prefix(self, prefix: Any, *, reverse: bool = False, limit: int | None = None) -> ViewScan:
+        """The pairs whose serialised key starts with ``prefix``'s (``view_scans.py``),
+        as :meth:`range`."""
+        raw = self._raw.scan_prefix(prefix_bytes(self._keys, prefix), reverse=reverse, limit=limit)
+        return ViewScan(raw, self._keys, self._values)
 
     def _raw_key(self, key: Any) -> bytes:
         """``key`` as the store holds it: the key codec's result, never None (a record

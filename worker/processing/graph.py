@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from worker.errors import TopologyError
 from worker.processing.context import (
@@ -37,7 +37,8 @@ from worker.processing.timestamps import (
     extract,
     record_time,
 )
-from worker.processing.topology import SinkNode, SourceNode, Subtopology
+from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
+from worker.processing.ttl_views import TtlKeyValueStore, TtlRawStore
 from worker.serde import Codec
 
 Runner = Callable[[Record], None]
@@ -66,13 +67,8 @@ class TaskGraph:
         if missing:
             raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
         self._raw = dict(stores)
-        views = {
-            spec.name: KeyValueStore(
-                spec.name, stores[spec.name], spec.key_serde, spec.value_serde, spec.is_table
-            )
-            for spec in subtopology.stores
-        }
         self.context = ProcessorContext(task_id)
+        views = {spec.name: self._view(spec, stores[spec.name]) for spec in subtopology.stores}
         nodes: dict[str, Node] = {}
         for source in subtopology.sources:
             nodes[source.name] = Node(source.name, {})
@@ -92,6 +88,12 @@ class TaskGraph:
         self._runners: dict[str, Runner] = {
             s.topic: self._source_runner(s, nodes[s.name]) for s in subtopology.sources
         }
+
+    def _view(self, spec: StoreSpec, raw: RawStore) -> KeyValueStore:
+        if spec.ttl_ms is None:
+            return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
+        timed = cast(TtlRawStore, raw)  # the task opens a TtlStore for a spec with a TTL
+        return TtlKeyValueStore(spec.name, timed, spec.key_serde, spec.value_serde, self.context)
 
     def runner(self, topic: str) -> Runner:
         """The function that runs one record of ``topic`` through the graph; the task

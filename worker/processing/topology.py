@@ -64,6 +64,7 @@ class StoreSpec:
     key_serde: Serde
     value_serde: Serde
     source_topic: str | None = None  # tables: the topic that is source and changelog
+    ttl_ms: int | None = None  # keys expire this long after their write (stream time)
 
     @property
     def is_table(self) -> bool:
@@ -158,12 +159,24 @@ class Topology:
         return self
 
     def add_store(
-        self, name: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+        self,
+        name: str,
+        key_serde: Serde = BYTES,
+        value_serde: Serde = BYTES,
+        *,
+        ttl_ms: int | None = None,
     ) -> Topology:
-        """A key-value store with its own changelog topic, for processors that list it."""
+        """A key-value store with its own changelog topic, for processors that list it.
+
+        ``ttl_ms``: each key expires that long after its last write, in stream time
+        (``docs/time.md``, Per-key TTL); expired keys read as absent and are deleted, with
+        a changelog tombstone, by a sweep at each commit.
+        """
         if not name or name in self._stores or name in self._order:
             raise TopologyError(f"name {name!r} is empty or already used")
-        self._stores[name] = StoreSpec(name, key_serde, value_serde)
+        if ttl_ms is not None and (type(ttl_ms) is not int or ttl_ms < 1):
+            raise TopologyError(f"store {name!r}: ttl_ms must be an int >= 1 (ms), got {ttl_ms!r}")
+        self._stores[name] = StoreSpec(name, key_serde, value_serde, ttl_ms=ttl_ms)
         return self
 
     def add_processor(

@@ -127,6 +127,7 @@ def assemble(
     env = RocksDBEnv(settings.rocksdb_memory_bytes)
     metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
     metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
+    metrics.store_open_iterators.set_function(env.open_scan_count)
     ctx = TaskContext(settings, state_dir, env, collector, metrics, clock)
     reader: ChangelogReader[Task] = ChangelogReader(
         restore_consumer, metrics, settings.restore_batch_records, clock

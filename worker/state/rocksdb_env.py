@@ -124,6 +124,7 @@ class RocksDBEnv:
         self._stores: dict[int, MemtableHolder] = {}  # by id(): open stores, opening order
         self._stores_lock = threading.Lock()
         self.forced_flushes = 0  # flushes store_written waited for (for metrics, tests)
+        self.open_scans = 0  # scans open over every store (owner thread; for metrics)
         self.write_buffer_bytes = int(memory_bytes * write_buffer_ratio)
         # Half the manager's budget at most, so at least two stores can fill memtables
         # before the manager has to force flushes.
@@ -217,6 +218,10 @@ class RocksDBEnv:
     def cache_usage_bytes(self) -> int:
         """Bytes held by the shared cache, memtable reservations included (for metrics)."""
         return self._cache.get_usage()
+
+    def open_scan_count(self) -> int:
+        """Scans open over every store (``worker_store_open_iterators``)."""
+        return self.open_scans
 
     def write_buffer_usage_bytes(self) -> int:
         """Bytes of memtables across all stores, as counted by the write buffer manager."""

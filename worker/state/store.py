@@ -1,8 +1,9 @@
 """One RocksDB key-value store: write buffer, atomic commit of data with changelog offsets.
 
 The rocksdict importers are this module and its parts: ``store_format.py`` (the on-disk
-layout), ``rocksdb_errors.py`` (the one place rocksdict's errors are classified),
-``memtables.py`` (flushes) and ``rocksdb_env.py`` (resources shared by every store).
+layout), ``store_scans.py`` (the cursors of range and prefix scans), ``rocksdb_errors.py``
+(the one place rocksdict's errors are classified), ``memtables.py`` (flushes) and
+``rocksdb_env.py`` (resources shared by every store).
 
 Writes during processing go to an in-memory buffer; :meth:`Store.commit` writes the
 buffer and the new changelog offsets in ONE ``WriteBatch`` with one ``db.write``, so data
@@ -23,10 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Final, Protocol, cast
+from typing import Final, Protocol, Self, cast
 
 import rocksdict
 
@@ -44,13 +44,12 @@ from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, r
 from worker.state.store_format import (
     OFFSETS_FAMILY,
     STREAM_TIME,
-    Records,
     encode_offset,
     is_db_file,
     load_metadata,
     offset_key,
-    scan,
 )
+from worker.state.store_scans import OpenScans, Scannable
 from worker.state.write_buffer import WriteBuffer, WriteClock
 
 __all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
@@ -72,7 +71,7 @@ class RestoreBatch(Protocol):
     def is_empty(self) -> bool: ...
 
 
-class Store:
+class Store(Scannable):
     """A RocksDB store with a read-your-writes buffer and atomic (data, offsets) commits.
 
     Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
@@ -112,7 +111,7 @@ class Store:
         self._buffer = WriteBuffer(path)
         self.put: Final = self._buffer.put
         self.delete: Final = self._buffer.delete
-        self._iterators: weakref.WeakSet[Records] = weakref.WeakSet()
+        self._scans = OpenScans(env, path)
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
         self._wal_on = rocksdict.WriteOptions()
@@ -121,7 +120,7 @@ class Store:
         )
 
     @classmethod
-    def open(cls, path: Path, env: RocksDBEnv, name: str) -> Store:
+    def open(cls, path: Path, env: RocksDBEnv, name: str) -> Self:
         """Open (creating if missing) the store at ``path`` with the shared ``env``.
 
         Raises:
@@ -158,8 +157,8 @@ class Store:
     def close(self) -> None:
         """Drop the buffer and close RocksDB. Idempotent.
 
-        Open iterators from :meth:`iter_committed` are closed first: each keeps the
-        database (and its LOCK file) alive, and a later reopen would fail.
+        Open scans are closed first: each keeps the database (and its LOCK file) alive,
+        and a later reopen would fail.
         """
         db = self._db
         if db is None:
@@ -168,8 +167,7 @@ class Store:
         self._cache.clear()
         first_error: BaseException | None = None
         try:
-            for iterator in list(self._iterators):
-                iterator.close()
+            self._scans.close_all()
         except BaseException as exc:
             first_error = exc
         try:
@@ -254,11 +252,12 @@ class Store:
         holding every buffered put/delete plus the changed offsets; 3. one ``db.write``
         with the WAL on (a process crash keeps it; after power loss RocksDB recovers an
         earlier commit, never part of one); 4. clear the buffer and update the cached
-        offsets.
+        offsets. Every open scan is closed first.
 
         If the write raises, nothing was written and the buffer is kept.
         """
         self._require_open()
+        self._scans.close_all()
         changed = self._changed(offsets)
         if stream_time > self._offsets.get(STREAM_TIME, -1):
             changed[STREAM_TIME] = stream_time
@@ -267,7 +266,7 @@ class Store:
         self._write(self._buffer.entries.items(), changed, self._wal_on)
         if self._buffer:
             self._cache.add_committed(self._buffer.entries, self._buffer.size_bytes)
-        self.discard_pending()
+        self._buffer.clear()  # not discard_pending: a subclass may keep more (ttl_store.py)
 
     def restore_batch(self) -> RestoreBatch:
         """An empty batch of restored records for :meth:`write_restored`.
@@ -388,17 +387,6 @@ class Store:
             return db.get(key)  # type: ignore[no-any-return]
         except Exception as exc:
             reraise(self.path, exc)
-
-    def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every committed (key, value) of the data family, in key order; never offsets.
-
-        Raises StoreCorrupted while iterating if a block is unreadable: rocksdict's own
-        ``items()`` silently ends early on a checksum error, so the iterator status is
-        checked at the end.
-        """
-        iterator = scan(self._require_open(), self.path)
-        self._iterators.add(iterator)
-        return iterator
 
     def approximate_num_keys(self) -> int:
         """RocksDB's estimate of keys in the data family (for tools)."""

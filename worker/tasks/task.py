@@ -33,9 +33,11 @@ from worker.state.checkpoint import CheckpointError, read_checkpoint, write_chec
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.state.ttl_store import open_store
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stream_time import CommittedStreamTime
+from worker.tasks.ttl_sweeps import sweep_expired
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = Store.open(path, self._ctx.env, spec.name)
+            self.stores[spec.name] = open_store(path, self._ctx.env, spec.name, spec.ttl_ms)
         if self.role is TaskRole.ACTIVE:
             self._graph = self._new_graph()
 
@@ -359,7 +361,9 @@ class Task:
     # -- commit protocol steps (called by the task manager, in order) ----------------
 
     def produce_changelogs(self) -> int:
-        """Step 1: send every buffered change of every logged store to its changelog."""
+        """Step 1: send every buffered change of every logged store to its changelog,
+        after each store with a TTL swept what expired (``ttl_sweeps.py``)."""
+        sweep_expired(str(self.id), self.stores, self.stream_time, self._ctx.metrics)
         sent = 0
         send = self._ctx.collector.send_changelog
         for name, store in self.stores.items():
