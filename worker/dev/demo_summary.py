@@ -26,17 +26,20 @@ from worker.examples import payments as app
 from worker.kafka.consumers import DataConsumer
 from worker.kafka.loader import read_topic
 from worker.serde import JSON, STR
+from worker.state.ttl import decode as ttl_decode
 
 
-def _fold_changelog(settings: Settings, topic: str) -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = {}
+def _fold_changelog(settings: Settings, topic: str, *, ttl: bool = False) -> dict[str, Any]:
+    """The latest value per key of a changelog (a TTL store's: its values, without the
+    expiry in front)."""
+    table: dict[str, Any] = {}
     for key, value in read_topic(settings, topic):
         if key is None:
             continue
         if value is None:
             table.pop(STR.deserialize(key), None)
         else:
-            table[STR.deserialize(key)] = JSON.deserialize(value)
+            table[STR.deserialize(key)] = JSON.deserialize(ttl_decode(value)[1] if ttl else value)
     return table
 
 
@@ -77,7 +80,8 @@ def summarise(
 ) -> int:
     stream = traffic.stream
     profiles = dict(sample_data.profiles(accts))
-    expected_totals, expected_alerts = sample_data.reference(profiles, stream)
+    expected = sample_data.reference(profiles, stream, traffic.clock, partitions)
+    expected_totals, expected_alerts = expected.totals, expected.alerts
     alert_records = [orjson.loads(v) for _, v in read_topic(settings, app.ALERTS) if v]
     got_alerts = {str(a.get("payment_id")): a for a in alert_records}
     totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
@@ -141,6 +145,8 @@ def summarise(
         + _verdict(totals_ok, wrong=wrong)
     )
 
+    time_ok = _check_time_outputs(settings, expected)
+
     codes = [w.returncode for w in workers]
     stopped_ok = all(c == 0 for c in codes)
     killed = {h.worker.name for h in traffic.happenings if h.what.startswith("kill")}
@@ -152,9 +158,39 @@ def summarise(
             for w in workers
         )
     )
-    matches = alerts_ok and totals_ok
+    matches = alerts_ok and totals_ok and time_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
+
+
+def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> bool:
+    """Print and check the outputs that use time: the quiet alerts (a stream-time
+    punctuator) and the last hour's payments (a TTL store), against the reference."""
+    records = [orjson.loads(v) for _, v in read_topic(settings, app.QUIET) if v]
+    got = {sample_data.quiet_id(a): a for a in records}
+    want = expected.quiet
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    differing = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+    quiet_ok = not (missing or extra or differing)
+    print(
+        f"quiet accounts:     {len(got)} alerts, {len(records) - len(got)} duplicate records "
+        f"(reference: {len(want)}) -> "
+        + _verdict(quiet_ok, missing=missing, extra=extra, different=differing)
+    )
+    recent_topic = app.build().build().store(app.RECENT)[1].changelog(settings.application_id)
+    table = _fold_changelog(settings, recent_topic, ttl=True)
+    lost = sorted(k for k, v in expected.recent.items() if table.get(k) != v)
+    wrong = sorted(k for k, v in table.items() if expected.written.get(k) != v)
+    recent_ok = not (lost or wrong)
+    swept = len(expected.written) - len(table)
+    print(
+        f"last hour:          {len(expected.recent)} payments younger than an hour of their "
+        f"task's stream time in {app.RECENT}; {swept} of the "
+        f"{len(expected.written) - len(expected.recent)} older ones expired and tombstoned "
+        "so far -> " + _verdict(recent_ok, missing_or_different=lost, unexpected=wrong)
+    )
+    return quiet_ok and recent_ok
 
 
 def _changelog_timestamps(
@@ -212,7 +248,11 @@ def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partit
             )
         )
         print(f"  {h.at:5.1f}s  {h.what}: {after}")
-    stamps = _changelog_timestamps(settings, totals_topic, partitions)
+    # Changelog records carry the event time of their write: mapped back to wall time.
+    stamps = {
+        p: [traffic.wall_ms_of(t) for t in times]
+        for p, times in _changelog_timestamps(settings, totals_topic, partitions).items()
+    }
     ends = [h.wall_ms for h in traffic.happenings[1:]] + [traffic.end_ms]
     windows = [(h.wall_ms, end) for h, end in zip(traffic.happenings, ends, strict=True)]
     headers = [f"stall after {h.what}" for h in traffic.happenings] + ["whole run"]
