@@ -19,6 +19,7 @@ from worker.examples import payments as app
 from worker.processing.graph import TaskGraph
 from worker.serde import JSON, STR
 
+
 class KeepingTtlStore(DictStore):
     """A TTL store's surface over a dict that expires nothing: the record path only."""
 
