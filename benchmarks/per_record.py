@@ -325,6 +325,8 @@ def _by_hand(bootstrap: str, profiles: list[Any], payments: list[Any]) -> float:
     producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     profile_bytes = {m.key(): m.value() for m in profiles}
     totals: dict[bytes, bytes] = {}
+    recent: dict[bytes, bytes] = {}
+    quiet_alert, recent_key = app.quiet_alert, app.recent_key
     next_totals, alert_for, loads, dumps = (
         app.next_totals,
         app.alert_for,
@@ -336,7 +338,13 @@ def _by_hand(bootstrap: str, profiles: list[Any], payments: list[Any]) -> float:
         key = msg.key()
         account, payment = key.decode(), loads(msg.value())
         stored = totals.get(key)
-        totals[key] = dumps(next_totals(loads(stored) if stored is not None else None, payment))
+        at = msg.timestamp()[1]
+        current = loads(stored) if stored is not None else None
+        quiet = quiet_alert(account, current, at)
+        if quiet is not None:
+            producer.produce(app.QUIET, dumps(quiet), account.encode())
+        totals[key] = dumps(next_totals(current, payment, at))
+        recent[recent_key(account, at, payment["id"]).encode()] = dumps(payment["amount_cents"])
         profile = profile_bytes.get(key)
         alert = alert_for(payment, loads(profile) if profile is not None else None)
         if alert is not None:

@@ -17,7 +17,6 @@ from worker.config import Settings
 from worker.examples import payments as app
 from worker.kafka.admin import Admin, TopicSpec
 from worker.partitioner import partition_for
-from worker.serde import STR
 
 
 def create_example_topics(settings: Settings, partitions: int) -> None:
@@ -140,9 +139,12 @@ def reference(
     """
     out = Reference()
     stream_time: dict[int, int] = {}
+
+    def partition_of(account: str) -> int:
+        return partition_for(account.encode(), partitions)  # the STR serde
     for n, (account, payment) in enumerate(stream):
         at = clock.at(n)
-        partition = partition_for(STR.serialize(account), partitions)
+        partition = partition_of(account)
         stream_time[partition] = max(stream_time.get(partition, -1), at)
         current = out.totals.get(account)
         quiet = app.quiet_alert(account, current, at)
@@ -153,14 +155,14 @@ def reference(
         alert = app.alert_for(payment, profile_table.get(account))
         if alert is not None:
             out.alerts[payment["id"]] = alert
-    final = {a: stream_time[partition_for(STR.serialize(a), partitions)] for a in out.totals}
+    final = {a: stream_time[partition_of(a)] for a in out.totals}
     for account, totals in out.totals.items():
         quiet = app.quiet_alert(account, totals, final[account])
         if quiet is not None:
             out.quiet[quiet_id(quiet)] = quiet
             totals["quiet_alerted"] = True
     for key, amount in out.written.items():
-        account, at, _ = key.split("|")
-        if int(at) > final[account] - app.HOUR_MS:
+        account, written_at, _ = key.split("|")
+        if int(written_at) > final[account] - app.HOUR_MS:
             out.recent[key] = amount
     return out
