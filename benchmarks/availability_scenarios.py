@@ -37,6 +37,7 @@ from benchmarks.kafka_io import Record, SteadyProducer, create_topics, read_time
 from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import longest_stalls, stalled_share
 from worker.examples import counting
+from worker.processing import timestamps
 from worker.serde import JSON, STR
 
 APP = "worker.examples.counting:build"
@@ -134,6 +135,8 @@ class Group:
             {
                 "commit.interval.ms": params.commit_interval_ms,
                 "num.standby.replicas": 1,
+                # Stalls are silences in the outputs' timestamps: stamp them when written.
+                "timestamp.extractor": timestamps.WALL_CLOCK,
             },
         )
         self.workers: dict[str, WorkerProcess] = {}

@@ -54,6 +54,7 @@ from benchmarks.workload import (
 from worker.dev.processes import WorkerProcess
 from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
 from worker.examples import payments as app
+from worker.processing import timestamps
 
 NAME = "scale_out"
 TITLE = "Scale-out"
@@ -254,6 +255,8 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
             "num.standby.replicas": 0,
             "max.warmup.replicas": warmups,
             "acceptable.recovery.lag": params.acceptable_recovery_lag,
+            # Stalls are silences in the changelog's timestamps: stamp writes when made.
+            "timestamp.extractor": timestamps.WALL_CLOCK,
         },
     )
     first = start_worker(ctx, f"{tag}-first", settings)

@@ -23,6 +23,7 @@ from worker.config import load
 from worker.dev.processes import WorkerProcess
 from worker.examples import counting
 from worker.kafka.loader import produce_records
+from worker.processing import timestamps
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
@@ -86,6 +87,8 @@ def _crash_loop(own_broker, worker_factory, guarantee: str) -> tuple[Inputs, lis
         "commit.interval.ms": COMMIT_MS,
         "restore.batch.records": BATCH,
         "num.standby.replicas": 1,
+        # records_since() counts changelog records by timestamp: stamp writes when made.
+        "timestamp.extractor": timestamps.WALL_CLOCK,
     }
     workers = [worker_factory(name, settings=settings, args=["--app", APP]) for name in ("a", "b")]
     for w in workers:

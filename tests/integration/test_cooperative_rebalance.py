@@ -39,6 +39,7 @@ from tests.support.waiting import wait_until
 from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import max_gap
 from worker.examples import counting
+from worker.processing import timestamps
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,12 @@ RESUMED_AFTER = 0.5  # s: every partition produced this long after the group set
 SETTLE_TIMEOUT = 45.0
 DRAIN_TIMEOUT = 45.0
 APP = "worker.examples.counting:build"
-SETTINGS = {"num.standby.replicas": 1, "commit.interval.ms": 200}
+# The outputs' timestamps show when each partition last produced: stamp them when written.
+SETTINGS = {
+    "num.standby.replicas": 1,
+    "commit.interval.ms": 200,
+    "timestamp.extractor": timestamps.WALL_CLOCK,
+}
 
 
 # -- input and output ------------------------------------------------------------------

@@ -9,7 +9,8 @@ demo itself is killed, through the parent-death signal set before each child sta
 
 Two workers start; while payments flow, one is killed with SIGKILL and started again at
 once over its state dir, and later a third worker joins. Afterwards the summary shows
-what that cost each task: its longest stall (the longest silence of its partition of the
+what that cost each task: its longest stall (the longest silence, to a reader following
+it, of its partition of the
 ``account-totals`` changelog, which every commit writes for every account the task
 updated) and the changelog records restored (a restart over local state restores only
 the tail written since its last commit, not the whole changelog).
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from worker.config import Settings, load
 from worker.dev import history, sample_data
+from worker.dev.changelog_watch import ChangelogWatch
 from worker.dev.demo_processes import (
     DemoBroker,
     DemoFailed,
@@ -190,11 +192,14 @@ def _run(
         (duration * KILL_AT, f"kill -9 {workers[0].name}", crash),
         (duration * JOIN_AT, f"worker-{WORKERS + 1} joins", join),
     ]
+    totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
+    watch = ChangelogWatch(settings, totals_topic, PARTITIONS).start()
     producing = time.monotonic()
     quiet = sample_data.going_quiet(accts, QUIET_ACCOUNTS, 2 * rate, 2 * rate)
     traffic = produce_for(settings, accts, duration, rate, workers, schedule, clock, quiet)
     produced_in = time.monotonic() - producing
     drained_in = wait_drained(workers, traffic, DRAIN_TIMEOUT)
+    watch.stop()
     for w in workers:
         w.scrape()  # the final numbers, before the workers go away
     where = where_to_look(workers[0].port, accts[0].id)  # a live query, before the stop
@@ -207,6 +212,7 @@ def _run(
         produced_in,
         drained_in,
         workers,
+        watch.arrivals,
         drain_timeout=DRAIN_TIMEOUT,
         partitions=PARTITIONS,
     )

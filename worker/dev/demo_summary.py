@@ -6,7 +6,6 @@ input; and, while the workers still run, where an operator would look.
 from __future__ import annotations
 
 import http.client
-import time
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -16,14 +15,13 @@ from typing import Any
 
 import orjson
 
-from worker.config import Settings, load
+from worker.config import Settings
 from worker.dev import sample_data
-from worker.dev.demo_processes import WORKER_SETTINGS, DemoFailed, DemoWorker
+from worker.dev.demo_processes import WORKER_SETTINGS, DemoWorker
 from worker.dev.demo_traffic import Traffic
 from worker.dev.processes import START_LINE
 from worker.dev.stalls import max_gap
 from worker.examples import payments as app
-from worker.kafka.consumers import DataConsumer
 from worker.kafka.loader import read_topic
 from worker.serde import JSON, STR
 from worker.state.ttl import decode as ttl_decode
@@ -74,6 +72,7 @@ def summarise(
     produced_in: float,
     drained_in: float | None,
     workers: list[DemoWorker],
+    arrivals: dict[int, list[int]],
     *,
     drain_timeout: float,
     partitions: int,
@@ -120,7 +119,7 @@ def summarise(
         f"{'all':<10} {processed:>9}  (input records: payments and account-profile records;"
         " a restarted worker's row adds up its runs, the other columns are its last run's)"
     )
-    _print_tasks(settings, totals_topic, traffic, partitions)
+    _print_tasks(traffic, arrivals, partitions)
 
     missing = sorted(set(expected_alerts) - set(got_alerts))
     extra = sorted(set(got_alerts) - set(expected_alerts))
@@ -193,48 +192,7 @@ def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> 
     return quiet_ok and recent_ok
 
 
-def _changelog_timestamps(
-    settings: Settings, topic: str, partitions: int, timeout: float = 60.0
-) -> dict[int, list[int]]:
-    """Every record's timestamp (ms) per partition of ``topic``, from its start to its end.
-
-    Transaction markers take offsets but are never delivered, so a partition counts as
-    read once its last record is at most one offset short of the end, or once nothing new
-    came for a few seconds.
-    """
-    reader = load(
-        None,
-        {"bootstrap.servers": settings.bootstrap_servers, "application.id": "worker-demo-reader"},
-        environ={},
-    ).settings
-    consumer = DataConsumer(reader)  # assigned partitions only: never joins a group
-    stamps: dict[int, list[int]] = {p: [] for p in range(partitions)}
-    last = dict.fromkeys(range(partitions), -1)
-    try:
-        consumer.add({(topic, p): None for p in range(partitions)})
-        pending = set(range(partitions))
-        deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
-        while pending:
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"reading {topic}: partitions {sorted(pending)} unfinished")
-            messages = consumer.consume(10000, 0.5)
-            for msg in messages:
-                stamps[msg.partition()].append(msg.timestamp()[1])
-                last[msg.partition()] = msg.offset()
-            now = time.monotonic()
-            if messages:
-                quiet_since = now
-            for p in list(pending):
-                high = consumer.high_watermark((topic, p))
-                if (high is not None and high - last[p] - 1 <= 1) or now - quiet_since > 3.0:
-                    pending.discard(p)
-    finally:
-        consumer.close()
-    return stamps
-
-
-def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partitions: int) -> None:
+def _print_tasks(traffic: Traffic, arrivals: dict[int, list[int]], partitions: int) -> None:
     """Per task: its longest stall after each membership change and over the whole run, and
     what each (re)started worker restored for it against the changelog's length then."""
     print("membership changes (seconds after the first payment):")
@@ -248,11 +206,7 @@ def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partit
             )
         )
         print(f"  {h.at:5.1f}s  {h.what}: {after}")
-    # Changelog records carry the event time of their write: mapped back to wall time.
-    stamps = {
-        p: [traffic.wall_ms_of(t) for t in times]
-        for p, times in _changelog_timestamps(settings, totals_topic, partitions).items()
-    }
+    stamps = arrivals
     ends = [h.wall_ms for h in traffic.happenings[1:]] + [traffic.end_ms]
     windows = [(h.wall_ms, end) for h, end in zip(traffic.happenings, ends, strict=True)]
     headers = [f"stall after {h.what}" for h in traffic.happenings] + ["whole run"]
@@ -272,7 +226,8 @@ def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partit
         rows.append([task, *cells])
     widths = [max(len(c) for c in col) for col in zip(["task", *headers], *rows, strict=True)]
     print(
-        f"per task: its longest stall (silence of its {app.TOTALS} changelog partition, which "
+        f"per task: its longest stall (silence of its {app.TOTALS} changelog partition, to a reader "
+        "following it, which "
         f"every commit writes, every {WORKER_SETTINGS['commit.interval.ms']} ms) after each "
         "change, until the next, and whether it stayed on its worker, moved, or was on the "
         "restarted one; the records a (re)started worker restored for it once active, of "

@@ -59,11 +59,6 @@ class Traffic:
     happenings: list[Happening]
     clock: sample_data.EventClock  # payment n's event time
 
-    def wall_ms_of(self, event_ms: int) -> int:
-        """About when the payment of event time ``event_ms`` was produced (wall clock)."""
-        n = (event_ms - self.clock.base_ms) / self.clock.step_ms
-        return self.start_ms + int(n * (self.end_ms - self.start_ms) / max(1, len(self.stream)))
-
 
 def _wall_ms() -> int:
     return int(time.time() * 1000)

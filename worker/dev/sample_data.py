@@ -142,6 +142,7 @@ def reference(
 
     def partition_of(account: str) -> int:
         return partition_for(account.encode(), partitions)  # the STR serde
+
     for n, (account, payment) in enumerate(stream):
         at = clock.at(n)
         partition = partition_of(account)

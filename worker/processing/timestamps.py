@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,18 @@ class InvalidTimestamp(WorkerError, ValueError):
 def record_time(record: Any, stream_time_ms: int) -> int:
     """The default extractor: the Kafka record's timestamp, whatever its type."""
     return record.timestamp()[1]
+
+
+WALL_CLOCK = "worker.processing.timestamps:wall_clock"  # the setting's value for it
+
+
+def wall_clock(record: Any, stream_time_ms: int) -> int:
+    """The processing time: the system clock, in ms (Kafka Streams'
+    ``WallclockTimestampExtractor``). Outputs and changelog records then carry when they
+    were written, as they did before records had timestamps; the tools that find stalls
+    in those timestamps (benchmarks, the demo) run with it. Not for event-time logic: a
+    replay gets other times."""
+    return time.time_ns() // 1_000_000
 
 
 def resolve(spec: str) -> TimestampExtractor:

@@ -6,6 +6,7 @@ The error handler is real; stores are in-memory fakes and the collector is the f
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -24,11 +25,13 @@ from worker.processing.handlers import (
 )
 from worker.processing.timestamps import (
     INVALID_TIMESTAMP,
+    WALL_CLOCK,
     InvalidTimestamp,
     TimestampExtractor,
     decode_stream_time,
     encode_stream_time,
     record_time,
+    resolve,
 )
 from worker.serde import JSON, STR
 
@@ -183,6 +186,16 @@ def test_a_custom_extractor_gives_the_timestamp_and_sees_the_stream_time_before(
     assert [timestamp for _, timestamp, *_ in world.seen] == [500, 400]
     assert calls == [-1, 500]
     assert [r.timestamp for r in world.outputs()] == [500, 400]
+
+
+def test_the_wall_clock_extractor_stamps_records_with_the_processing_time() -> None:
+    before = time.time_ns() // 1_000_000
+    world = World(extractor=resolve(WALL_CLOCK))
+
+    world.send("a", 5)
+
+    assert before <= world.seen[0][1] <= time.time_ns() // 1_000_000
+    assert world.outputs()[0].timestamp == world.seen[0][1]
 
 
 def test_the_default_extractor_is_the_records_own_timestamp() -> None:
