@@ -17,7 +17,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from benchmarks.harness import BenchmarkFailed, new_application_id
-from benchmarks.kafka_io import raw_consumer
+from benchmarks.kafka_io import create_topics, raw_consumer
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import SystemClock
@@ -87,7 +87,19 @@ def running_tasks(
     workdir: Path, bootstrap: str, topology: BuiltTopology, application_id: str, partitions: int
 ) -> Iterator[RunningTasks]:
     """The active tasks ``0_0 .. 0_<partitions-1>`` of ``topology``, restored; closed
-    (dirty: nothing more is committed) on the way out."""
+    (dirty: nothing more is committed) on the way out. Its store changelogs are created
+    first (a worker creates them at start-up; without them a task never restores)."""
+    changelogs = [
+        topic
+        for st in topology.subtopologies
+        for store, topic in st.changelog_topics(application_id).items()
+        if topic != store  # a table's changelog is its own source topic
+    ]
+    create_topics(
+        bootstrap,
+        dict.fromkeys(changelogs, partitions),
+        {topic: {"cleanup.policy": "compact"} for topic in changelogs},
+    )
     settings = settings_for(bootstrap, application_id)
     metrics, clock = Metrics(), SystemClock()
     state_dir = StateDirectory(workdir / application_id, application_id)

@@ -75,18 +75,10 @@ def load_example_state(
 
 
 def create_totals_changelog(bootstrap: str, application_id: str) -> str:
-    """Create the example app's store changelogs (the totals' and the others') as the
-    worker would at start-up (same partitions and config), so the totals can be seeded
-    before any worker runs and tasks built by hand can restore. Returns the totals'."""
-    (subtopology,) = app.build().build().subtopologies
-    changelogs = [
-        topic
-        for store, topic in subtopology.changelog_topics(application_id).items()
-        if topic != store  # a table's changelog is its own source topic
-    ]
+    """Create the totals changelog as the worker would at start-up (same partitions and
+    config), so it can be seeded before any worker runs. Returns its name."""
+    changelog = totals_changelog(application_id)
     create_topics(
-        bootstrap,
-        dict.fromkeys(changelogs, EXAMPLE_PARTITIONS),
-        {topic: {"cleanup.policy": "compact"} for topic in changelogs},
+        bootstrap, {changelog: EXAMPLE_PARTITIONS}, {changelog: {"cleanup.policy": "compact"}}
     )
-    return totals_changelog(application_id)
+    return changelog
