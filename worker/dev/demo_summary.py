@@ -23,6 +23,7 @@ from worker.dev.processes import START_LINE
 from worker.dev.stalls import max_gap
 from worker.examples import payments as app
 from worker.kafka.loader import read_topic
+from worker.partitioner import partition_for
 from worker.serde import JSON, STR
 from worker.state.ttl import decode as ttl_decode
 
@@ -249,30 +250,41 @@ def _get(url: str) -> tuple[int, str, str]:
         connection.close()
 
 
-def where_to_look(port: int | None, key: str) -> list[str]:
-    """Where an operator looks: the metrics URL and an interactive query with its answer.
+def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
+    """Where an operator looks: the metrics URL and two interactive queries with their
+    answers: the account's totals, and its payments of the last hour (a prefix query
+    on its partition).
 
-    The query runs while the workers are still up; a 307 (the key's task is active on the
-    other worker) is shown and followed once.
+    The queries run while the workers are still up; a 307 (the task is active on another
+    worker) is shown and followed once.
     """
     if port is None:
         return []
     base = f"http://127.0.0.1:{port}"
-    url = f"{base}/stores/{app.TOTALS}/keys/{key}"
+    partition = partition_for(key.encode(), partitions)
+    prefix = urllib.parse.quote(f"{key}|")
     lines = [
         "",
         "where to look while workers run (this run's ports; every run picks new ones):",
         f"  metrics:  {base}/metrics   (also /healthz, /readyz, /tasks)",
-        f"  query:    curl -sL {url}",
     ]
-    try:
-        status, location, body = _get(url)
-        if status == 307:
-            lines.append(f"            -> 307, the key's task is active at {location}")
-            status, _, body = _get(location)
-        lines.append(f"            -> {status} {body}  (asked before the workers stopped)")
-    except OSError as exc:
-        lines.append(f"            -> no answer ({exc})")
+    for url, show in (
+        (f"{base}/stores/{app.TOTALS}/keys/{key}", lambda body: body),
+        (
+            f"{base}/stores/{app.RECENT}/prefix?prefix={prefix}&partition={partition}",
+            lambda body: f"{len(orjson.loads(body)['items'])} payments in the last hour",
+        ),
+    ):
+        lines.append(f"  query:    curl -sL '{url}'")
+        try:
+            status, location, body = _get(url)
+            if status == 307:
+                lines.append(f"            -> 307, the task is active at {location}")
+                status, _, body = _get(location)
+            shown = show(body) if status == 200 else body
+            lines.append(f"            -> {status} {shown}  (asked before the workers stopped)")
+        except (OSError, ValueError) as exc:
+            lines.append(f"            -> no answer ({exc})")
     lines.append("  more:     docs/operations.md (endpoints, state tools, deployment)")
     return lines
 
