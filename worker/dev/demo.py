@@ -202,7 +202,8 @@ def _run(
     watch.stop()
     for w in workers:
         w.scrape()  # the final numbers, before the workers go away
-    where = where_to_look(workers[0].port, accts[0].id, PARTITIONS)  # a live query, before the stop
+    active = next(a.id for a in accts if a.id not in quiet)  # one still paying
+    where = where_to_look(workers[0].port, active, PARTITIONS)  # a live query, before the stop
     signals.cleaning = True  # from here on a Ctrl-C only hurries the stop
     stop_workers(workers, STOP_GRACE, signals.hurried)  # each commits its last records
     code = summarise(
