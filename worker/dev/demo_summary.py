@@ -25,7 +25,10 @@ from worker.examples import payments as app
 from worker.kafka.loader import read_topic
 from worker.partitioner import partition_for
 from worker.serde import JSON, STR
-from worker.state.ttl import decode as ttl_decode
+
+# A TTL store's changelog values start with the key's expiry, 8 bytes (the stored shape of
+# worker/state/ttl.py; the dev commands read topics, never the state package).
+_EXPIRY_BYTES = 8
 
 
 def _fold_changelog(settings: Settings, topic: str, *, ttl: bool = False) -> dict[str, Any]:
@@ -38,7 +41,7 @@ def _fold_changelog(settings: Settings, topic: str, *, ttl: bool = False) -> dic
         if value is None:
             table.pop(STR.deserialize(key), None)
         else:
-            table[STR.deserialize(key)] = JSON.deserialize(ttl_decode(value)[1] if ttl else value)
+            table[STR.deserialize(key)] = JSON.deserialize(value[_EXPIRY_BYTES:] if ttl else value)
     return table
 
 

@@ -61,10 +61,12 @@ def produce_records(
     times = iter(timestamps) if timestamps is not None else None
     for key, value in records:
         payload = (key_serde.serialize(key), value_serde.serialize(value))
-        stamp = {} if times is None else {"timestamp": next(times)}
+        stamp = 0 if times is None else next(times)  # 0: the producer's clock
         while True:
             try:
-                producer.produce(topic, payload[1], payload[0], on_delivery=on_delivery, **stamp)
+                producer.produce(
+                    topic, payload[1], payload[0], on_delivery=on_delivery, timestamp=stamp
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
