@@ -77,6 +77,11 @@ class Settings(BaseModel):
         16 * MiB, alias="output.buffer.max.bytes", ge=MiB, le=2 * 1024 * MiB
     )
     restore_batch_records: int = Field(10000, alias="restore.batch.records", ge=1, le=1_000_000)
+    # Kafka Streams' name and default: a windowed store's changelog keeps records this much
+    # longer than the store's retention (worker.kafka.topics.changelog_config).
+    windowstore_changelog_additional_retention_ms: int = Field(
+        24 * 3600 * 1000, alias="windowstore.changelog.additional.retention.ms", ge=0
+    )
     http_host: str = Field("127.0.0.1", alias="http.host", min_length=1)
     http_port: int = Field(8080, alias="http.port", ge=0, le=65535)
     application_server: str = Field("", alias="application.server")

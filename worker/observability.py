@@ -112,6 +112,24 @@ class Metrics:
             ["task", "store"],
             registry=r,
         )
+        self.window_expiry_ranges = Counter(
+            "worker_window_expiry_ranges_total",
+            "Range deletes of expired windows, one per expiry step (state/window_store.py)",
+            ["task", "store"],
+            registry=r,
+        )
+        self.window_expired_writes = Counter(
+            "worker_window_expired_writes_total",
+            "Writes to windows already past retention, dropped",
+            ["task", "store"],
+            registry=r,
+        )
+        self.window_restore_skipped = Counter(
+            "worker_window_restore_skipped_records_total",
+            "Changelog records of expired windows a restore or standby read and skipped",
+            ["task", "store"],
+            registry=r,
+        )
         self.standby_lag = _TaskGauge(
             Gauge(
                 "worker_standby_lag_records",

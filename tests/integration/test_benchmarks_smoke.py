@@ -22,54 +22,91 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 # A cell such as "12,345 records/s (example app, 1 worker)" or "0.52 s (warmups on)".
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)? ")
-EXPECTED_ROWS = {
-    "Scale-out": ["longest per-task stall"],
-    "Availability through membership changes": [
-        *(
-            f"{scenario}: {metric}"
-            for scenario in ("rolling restart", "scale-out", "kill -9")
-            for metric in (
-                "longest stall of a task that kept its owner",
-                "share of tasks stalled > 1.5 s per event (mean)",
-            )
-        ),
-        "a moved task with a standby, warmup or local copy: stall against its handover",
-    ],
-    "Processing throughput": ["processing, records/s"],
-    "Count and sum per key: small and large key spaces": [
-        "records/s, small key space",
-        "records/s, large key space",
-    ],
-    "Per-record CPU in one process: the worker against the same work by hand": [
-        "CPU per record, us (in one process, records fetched beforehand)"
-    ],
-    "Every core: 1 worker process against 2": [
-        "records/s, 2 processes against 1",
-        "records/s, 2 processes against raw consume-and-produce",
-    ],
-    "Restore": ["restore, records/s"],
-    "Memory": ["peak RSS", "RSS growth over idle"],
-    "Initial standbys: restart over local state": [
-        "join to first processed record",
-        "launch to first processed record",
-        "peak RSS, restart over 64 task directories",
-        "peak RSS, 64 task directories, against the bound",
-    ],
-    "Restart over local state": [
-        "launch to first record after a clean stop",
-        "launch to first record after a kill -9",
-    ],
-    "Spark table load (account-profiles) vs a plain producer": [
-        "rows/s, whole job (files -> aggregate -> checks -> write)",
-        "rows/s, write phase only",
-    ],
-    "Scans and TTL": [
-        "scan, pairs/s",
-        "scan with uncommitted writes, pairs/s",
-        "TTL sweep, µs per expired key",
-        "TTL store under a churn of distinct keys: changelog live keys",
-    ],
+# benchmark -> (its title in the report, the metrics of its summary rows)
+EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
+    "scale_out": ("Scale-out", ["longest per-task stall"]),
+    "availability": (
+        "Availability through membership changes",
+        [
+            *(
+                f"{scenario}: {metric}"
+                for scenario in ("rolling restart", "scale-out", "kill -9")
+                for metric in (
+                    "longest stall of a task that kept its owner",
+                    "share of tasks stalled > 1.5 s per event (mean)",
+                )
+            ),
+            "a moved task with a standby, warmup or local copy: stall against its handover",
+        ],
+    ),
+    "throughput": ("Processing throughput", ["processing, records/s"]),
+    "count_sum": (
+        "Count and sum per key: small and large key spaces",
+        ["records/s, small key space", "records/s, large key space"],
+    ),
+    "per_record": (
+        "Per-record CPU in one process: the worker against the same work by hand",
+        ["CPU per record, us (in one process, records fetched beforehand)"],
+    ),
+    "processes": (
+        "Every core: 1 worker process against 2",
+        [
+            "records/s, 2 processes against 1",
+            "records/s, 2 processes against raw consume-and-produce",
+        ],
+    ),
+    "restore": ("Restore", ["restore, records/s"]),
+    "memory": ("Memory", ["peak RSS", "RSS growth over idle"]),
+    "initial_standbys": (
+        "Initial standbys: restart over local state",
+        [
+            "join to first processed record",
+            "launch to first processed record",
+            "peak RSS, restart over 64 task directories",
+            "peak RSS, 64 task directories, against the bound",
+        ],
+    ),
+    "restart": (
+        "Restart over local state",
+        [
+            "launch to first record after a clean stop",
+            "launch to first record after a kill -9",
+        ],
+    ),
+    "spark_load": (
+        "Spark snapshot load and export (account-profiles) vs plain clients",
+        [
+            "rows/s, snapshot load (read back, compare, write changes)",
+            "records written for the snapshot",
+            "rows/s, export of the store to Parquet",
+        ],
+    ),
+    "scale": (
+        "The group at scale: plan time and metadata bytes",
+        [
+            "plan, 100 instances x 1,000 tasks",
+            "group metadata (subscriptions + assignments), 100 instances x 1,000 tasks",
+            "group metadata, 100 instances x 1,000 tasks, against the previous format",
+        ],
+    ),
+    "scans_ttl": (
+        "Scans and TTL",
+        [
+            "scan, pairs/s",
+            "scan with uncommitted writes, pairs/s",
+            "TTL sweep, µs per expired key",
+            "TTL store under a churn of distinct keys: changelog live keys",
+        ],
+    ),
 }
+# Benchmarks whose report has no plot (a table of sizes says it all).
+PLOTLESS = {"scale"}
+# Seconds each quick run takes alone, roughly: the longest start first (tests/support/scheduling.py).
+DURATIONS = {"availability": 150, "scale_out": 90, "spark_load": 90, "restart": 60}
+
+
+def test_every_benchmark_has_its_expected_rows() -> None:
+    assert set(EXPECTED_ROWS) == set(BENCHMARK_NAMES)
 
 
 def _summary_rows(report: str) -> dict[str, list[str]]:
@@ -85,16 +122,17 @@ def _summary_rows(report: str) -> dict[str, list[str]]:
     return rows
 
 
-# ~180 s alone before the count-and-sum and processes benchmarks joined (~40 s more);
-# 202-234 s in `make test` then, where it shares two cores with five other test
-# processes (nothing here asserts a duration). The timeouts only catch a hang, with room
-# for a loaded machine.
+# Each benchmark runs in its own process so the suite's workers share them out; the
+# timeouts only catch a hang, with room for a loaded machine.
 @pytest.mark.timeout(600)
-@pytest.mark.duration(280)
-def test_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.duration(DURATIONS.get(n, 45))) for n in BENCHMARK_NAMES],
+)
+def test_a_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path, name: str) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks", name, "--quick", "--out", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -104,8 +142,8 @@ def test_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path) ->
 
     report = (out / "benchmarks.md").read_text()
     rows = _summary_rows(report)
-    expected = {f"{t}: {m}" for t, metrics in EXPECTED_ROWS.items() for m in metrics}
-    assert set(rows) == expected, report
+    title, metrics = EXPECTED_ROWS[name]
+    assert set(rows) == {f"{title}: {m}" for m in metrics}, report
     for key, (measured, baseline, ratio, _target, _met) in rows.items():
         assert NUMBER.match(measured), f"{key}: measured {measured!r}"
         assert NUMBER.match(baseline), f"{key}: baseline {baseline!r}"
@@ -121,6 +159,6 @@ def test_quick_run_writes_a_report_with_a_number_in_every_row(tmp_path: Path) ->
         assert re.search(rf"^\| {label} \| \S", report, re.M), label
     assert re.search(r"^\| kafka-python \| \d", report, re.M)
     assert re.search(r"^\| broker \| tansu \d", report, re.M)
-    for name in BENCHMARK_NAMES:
+    if name not in PLOTLESS:
         assert (out / "benchmarks" / f"{name}.png").stat().st_size > 0, name
         assert f"(benchmarks/{name}.png)" in report

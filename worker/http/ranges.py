@@ -149,7 +149,7 @@ def parse(
     partition = _int(params, "partition", None)
     if partition is not None and partition < 0:
         raise BadRequest(f"partition must be >= 0, got {partition}")
-    reverse, stale = _flag(params, "reverse"), _flag(params, "allow_stale")
+    reverse, stale = flag(params, "reverse"), flag(params, "allow_stale")
     return RangeQuery(store, spec, subtopology, keys, limit, reverse, partition, stale, path)
 
 
@@ -186,7 +186,7 @@ _TRUE = frozenset({"true", "1", "yes", ""})
 _FALSE = frozenset({"false", "0", "no"})
 
 
-def _flag(params: Mapping[str, str], name: str) -> bool:
+def flag(params: Mapping[str, str], name: str) -> bool:
     text = params.get(name, "false").lower()
     if text not in _TRUE | _FALSE:
         raise BadRequest(f"{name} must be true or false, got {text!r}")

@@ -12,6 +12,8 @@
 ``GET /stores/{store}/range``        committed pairs in key order, ``?from=&to=&limit=``
 ``GET /stores/{store}/prefix``       and ``?prefix=&limit=``: per partition, see
                                      :mod:`worker.http.ranges`
+``GET /stores/{store}/windows``      committed windows ``?key=&from=&to=&limit=``, and
+``GET /stores/{store}/sessions``     sessions: see :mod:`worker.http.windows`
 ``GET /tasks``                       this instance's tasks (kind, state, offsets, lag,
                                      unavailable seconds by cause) and the latest
                                      assignment's host maps
@@ -39,6 +41,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from worker.errors import FatalError
 from worker.http.queries import QueryRouter, Reply
 from worker.http.ranges import PARAMETERS, RangeQueries
+from worker.http.windows import PARAMETERS as WINDOW_PARAMETERS
+from worker.http.windows import WindowQueries
 from worker.observability import Metrics, get_logger
 from worker.runtime.status import Status
 
@@ -72,6 +76,7 @@ class HttpServer:
         self._status = status
         self._queries = queries
         self._ranges = None if queries is None else RangeQueries(queries)
+        self._windows = None if queries is None else WindowQueries(queries)
         handler = self._handler_class()
         try:
             self._server = ThreadingHTTPServer((host, port), handler)
@@ -129,9 +134,12 @@ class HttpServer:
 
     def _store_query(self, segments: list[str], query: str, origin: str) -> Reply:
         assert self._queries is not None and self._ranges is not None
-        if len(segments) == 4 and segments[3] in PARAMETERS:
+        assert self._windows is not None
+        if len(segments) == 4 and segments[3] in PARAMETERS | WINDOW_PARAMETERS:
             last = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
             store = unquote(segments[2], errors="strict")
+            if segments[3] in WINDOW_PARAMETERS:
+                return self._windows.get(store, segments[3], last, origin)
             return self._ranges.get(store, segments[3], last, origin)
         if len(segments) != 5 or segments[3] != "keys":
             return Reply(

@@ -10,11 +10,27 @@ from dataclasses import dataclass
 
 from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.admin import Admin, TopicSpec
-from worker.processing.topology import BuiltTopology
+from worker.processing.topology import BuiltTopology, StoreSpec
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+# Kafka Streams' windowstore.changelog.additional.retention.ms: a windowed changelog keeps
+# records this much longer than the store does ("clock drift").
+WINDOW_CHANGELOG_MARGIN_MS = 24 * 3600 * 1000
 # Set explicitly: some brokers describe back only the configs given at creation.
 DLQ_CONFIG = {"cleanup.policy": "delete"}
+
+
+def changelog_config(
+    spec: StoreSpec, margin_ms: int = WINDOW_CHANGELOG_MARGIN_MS
+) -> dict[str, str]:
+    """The configs a store's changelog is created with. A windowed store's is
+    ``compact,delete`` with ``retention.ms`` = the store's retention + ``margin_ms``: its
+    expiry writes no tombstones, so the broker drops old windows by time (both set
+    explicitly: some brokers describe back only the configs given at creation)."""
+    if spec.windows is None:
+        return CHANGELOG_CONFIG
+    retention = spec.windows.retention_ms + margin_ms
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
 
 
 def dlq_topic(application_id: str) -> str:
@@ -35,12 +51,14 @@ def prepare_topics(
     application_id: str,
     create_internal: bool,
     dead_letter: bool = False,
+    window_margin_ms: int = WINDOW_CHANGELOG_MARGIN_MS,
 ) -> TopicLayout:
     """Check sources and sinks, create missing changelogs; return tasks per sub-topology.
 
     With ``dead_letter`` (an exception handler is set to ``dead_letter``) the dead-letter
     topic must exist too, and is created like the changelogs when missing and allowed,
-    with as many partitions as the largest sub-topology has tasks.
+    with as many partitions as the largest sub-topology has tasks. Changelogs are created
+    with :func:`changelog_config` (``window_margin_ms``: its margin).
 
     Raises TopologyError naming the topic when a source or sink is missing, when the
     sources of one sub-topology are not co-partitioned, when an existing changelog has
@@ -54,6 +72,11 @@ def prepare_topics(
         for spec in st.stores
         if not spec.is_table
         for topic in [spec.changelog(application_id)]
+    }
+    configs = {
+        spec.changelog(application_id): changelog_config(spec, window_margin_ms)
+        for st in topology.subtopologies
+        for spec in st.stores
     }
     dlq = {dlq_topic(application_id)} if dead_letter else set()
     counts = admin.partition_counts(sources | topology.sink_topics() | set(changelogs) | dlq)
@@ -69,7 +92,7 @@ def prepare_topics(
                 f"sub-topology {st.id} reads topics that are not co-partitioned: {detail}"
             )
         layout[st.id] = next(iter(sizes.values()))
-    _ensure_changelogs(admin, changelogs, counts, layout, create_internal)
+    _ensure_changelogs(admin, changelogs, configs, counts, layout, create_internal)
     for topic in dlq - set(counts):
         if not create_internal:
             raise TopologyError(
@@ -82,6 +105,7 @@ def prepare_topics(
 def _ensure_changelogs(
     admin: Admin,
     changelogs: dict[str, int],
+    configs: dict[str, dict[str, str]],
     counts: dict[str, int],
     layout: dict[int, int],
     create_internal: bool,
@@ -99,7 +123,7 @@ def _ensure_changelogs(
                 f"changelog {topic} does not exist and internal.topics.create is false"
             )
         else:
-            to_create.append(TopicSpec(topic, want, CHANGELOG_CONFIG))
+            to_create.append(TopicSpec(topic, want, configs[topic]))
     admin.create_topics(to_create)
 
 

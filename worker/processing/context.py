@@ -20,6 +20,7 @@ from worker.errors import TopologyError
 from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.processing.timestamps import check as check_timestamp
 from worker.processing.view_scans import RawScan, ViewScan, prefix_bytes
+from worker.processing.window_views import SessionStoreView, WindowStoreView, typed_view
 from worker.serde import Codec, Serde, SerdeError
 
 Lookup = Callable[[bytes, object], object]
@@ -247,7 +248,7 @@ class Node:
 
     __slots__ = ("name", "stores", "children", "call")
 
-    def __init__(self, name: str, stores: Mapping[str, KeyValueStore]) -> None:
+    def __init__(self, name: str, stores: Mapping[str, Any]) -> None:
         self.name = name
         self.stores = dict(stores)
         self.children: tuple[Node, ...] = ()
@@ -388,6 +389,14 @@ class ProcessorContext:
             raise TopologyError(
                 f"processor {self.current_node.name!r} did not declare store {name!r}"
             ) from None
+
+    def window_store(self, name: str) -> WindowStoreView:
+        """The window store ``name`` (``add_window_store``) the current processor declared."""
+        return typed_view(self.store(name), name, WindowStoreView)
+
+    def session_store(self, name: str) -> SessionStoreView:
+        """The session store ``name`` (``add_session_store``) the current processor declared."""
+        return typed_view(self.store(name), name, SessionStoreView)
 
     def forward(
         self,

@@ -39,9 +39,26 @@ from worker.processing.timestamps import (
 )
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
 from worker.processing.ttl_views import TtlKeyValueStore, TtlRawStore
+from worker.processing.window_views import SessionStoreView, WindowStoreView
+from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
 
 Runner = Callable[[Record], None]
+
+
+def window_view(
+    spec: StoreSpec, raw: RawStore, context: ProcessorContext
+) -> WindowStoreView | SessionStoreView:
+    """What processors get for a windowed store: its writes happen at the current
+    record's timestamp, read from ``context`` at each write."""
+
+    def timestamp() -> int:
+        return context.timestamp
+
+    windowed: Any = raw  # a state.window_stores store: the task opened it from the spec
+    if isinstance(spec.windows, SessionWindows | SlidingWindows):
+        return SessionStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
+    return WindowStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
 
 
 class TaskGraph:
@@ -89,7 +106,11 @@ class TaskGraph:
             s.topic: self._source_runner(s, nodes[s.name]) for s in subtopology.sources
         }
 
-    def _view(self, spec: StoreSpec, raw: RawStore) -> KeyValueStore:
+    def _view(
+        self, spec: StoreSpec, raw: RawStore
+    ) -> KeyValueStore | WindowStoreView | SessionStoreView:
+        if spec.windows is not None:
+            return window_view(spec, raw, self.context)
         if spec.ttl_ms is None:
             return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
         timed = cast(TtlRawStore, raw)  # the task opens a TtlStore for a spec with a TTL

@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
+from worker.processing.windows import (
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    hopping,
+    session,
+)
 from worker.serde import BYTES, Serde
 
 if TYPE_CHECKING:
@@ -65,10 +72,19 @@ class StoreSpec:
     value_serde: Serde
     source_topic: str | None = None  # tables: the topic that is source and changelog
     ttl_ms: int | None = None  # keys expire this long after their write (stream time)
+    # windowed stores (add_window_store, add_session_store; sliding windows live in a
+    # session-shaped store, for windowed aggregations): their windows and retention
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    # emit-final aggregations: expiry waits until a window's final result is out
+    hold_until_emitted: bool = False
 
     @property
     def is_table(self) -> bool:
         return self.source_topic is not None
+
+    @property
+    def is_windowed(self) -> bool:
+        return self.windows is not None
 
     def changelog(self, application_id: str) -> str:
         """The topic holding this store's history: ``<app>-<store>-changelog`` or the table topic."""
@@ -177,6 +193,61 @@ class Topology:
         if ttl_ms is not None and (type(ttl_ms) is not int or ttl_ms < 1):
             raise TopologyError(f"store {name!r}: ttl_ms must be an int >= 1 (ms), got {ttl_ms!r}")
         self._stores[name] = StoreSpec(name, key_serde, value_serde, ttl_ms=ttl_ms)
+        return self
+
+    def add_window_store(
+        self,
+        name: str,
+        size_ms: int,
+        *,
+        advance_ms: int | None = None,
+        grace_ms: int,
+        retention_ms: int | None = None,
+        key_serde: Serde,
+        value_serde: Serde,
+    ) -> Topology:
+        """A store of tumbling (``advance_ms`` None) or hopping windows, with its own
+        changelog (``compact,delete``, time-retained), for processors that list it; they
+        get it with ``ctx.window_store(name)`` (``window_views.WindowStoreView``).
+
+        Raises:
+            InvalidWindow: as :func:`~worker.processing.windows.hopping`, naming the key.
+            TopologyError: the name is empty or taken.
+        """
+        advance = size_ms if advance_ms is None else advance_ms
+        windows = hopping(size_ms, advance, grace_ms=grace_ms, retention_ms=retention_ms)
+        return self._add_windowed(name, windows, key_serde, value_serde)
+
+    def add_session_store(
+        self,
+        name: str,
+        gap_ms: int,
+        *,
+        grace_ms: int,
+        retention_ms: int | None = None,
+        key_serde: Serde,
+        value_serde: Serde,
+    ) -> Topology:
+        """A store of session windows, as :meth:`add_window_store`; processors get it with
+        ``ctx.session_store(name)`` (``window_views.SessionStoreView``).
+
+        Raises:
+            InvalidWindow: as :func:`~worker.processing.windows.session`, naming the key.
+            TopologyError: the name is empty or taken.
+        """
+        windows = session(gap_ms, grace_ms=grace_ms, retention_ms=retention_ms)
+        return self._add_windowed(name, windows, key_serde, value_serde)
+
+    def _add_windowed(
+        self,
+        name: str,
+        windows: TimeWindows | SessionWindows,
+        key_serde: Serde,
+        value_serde: Serde,
+    ) -> Topology:
+        if not name or name in self._stores or name in self._order:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        self._stores[name] = StoreSpec(name, key_serde, value_serde, windows=windows)
         return self
 
     def add_processor(

@@ -105,6 +105,7 @@ def assemble(
         settings.application_id,
         settings.internal_topics_create,
         dead_letter=settings.dead_letter_enabled,
+        window_margin_ms=settings.windowstore_changelog_additional_retention_ms,
     )
     topic_watch = TopicWatch(
         admin,

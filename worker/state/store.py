@@ -111,6 +111,7 @@ class Store(Scannable):
         self._buffer = WriteBuffer(path)
         self.put: Final = self._buffer.put
         self.delete: Final = self._buffer.delete
+        self.delete_range: Final = self._buffer.delete_range
         self._scans = OpenScans(env, path)
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
@@ -264,6 +265,8 @@ class Store(Scannable):
         if not self._buffer and not changed:
             return
         self._write(self._buffer.entries.items(), changed, self._wal_on)
+        if self._buffer.ranges:
+            self._cache.clear()  # it may hold keys the ranges deleted
         if self._buffer:
             self._cache.add_committed(self._buffer.entries, self._buffer.size_bytes)
         self._buffer.clear()  # not discard_pending: a subclass may keep more (ttl_store.py)
@@ -354,6 +357,8 @@ class Store(Scannable):
         """Write records and offsets as ONE batch, then remember the offsets."""
         db = self._require_open()
         batch = rocksdict.WriteBatch(raw_mode=True)
+        for lo, hi in self._buffer.ranges:  # first: the entries were buffered after them
+            batch.delete_range(lo, hi)
         for key, value in records:
             if value is None:
                 batch.delete(key)

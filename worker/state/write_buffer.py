@@ -59,6 +59,7 @@ class WriteBuffer:
         "entries",
         "times",
         "clock",
+        "ranges",
     )
 
     def __init__(self, path: Path) -> None:
@@ -73,6 +74,8 @@ class WriteBuffer:
         self.times: Final[Mapping[bytes, int]] = MappingProxyType(self._times)
         """A read-only live view of the time (ms) of each buffered key's last write."""
         self.clock: WriteClock = _NoClock()
+        self.ranges: Final[list[tuple[bytes, bytes]]] = []
+        """Range deletes ``[lo, hi)`` for the next commit, applied before the entries."""
 
     @property
     def size_bytes(self) -> int:
@@ -80,7 +83,8 @@ class WriteBuffer:
         return self._bytes
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Buffered entries and range deletes: zero when a commit has nothing to write."""
+        return len(self._entries) + len(self.ranges)
 
     def put(self, key: bytes, value: bytes) -> None:
         """Buffer ``key = value`` until the next commit."""
@@ -108,6 +112,24 @@ class WriteBuffer:
         elif old is not None:
             self._bytes -= len(old)  # type: ignore[arg-type]
 
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Delete every key in ``[lo, hi)`` at the next commit, atomically with it.
+
+        The commit's batch applies the range before the buffered entries, so the entries
+        in range buffered so far are dropped here and writes after this call survive.
+        Not changelogged: windowed stores expire by time range, and their changelog
+        expires by time on the broker (``window_store.py``). Until the commit, RocksDB
+        still holds the range; readers of it filter by time.
+        """
+        if type(lo) is not bytes or type(hi) is not bytes or self._closed:
+            self._refuse(lo, hi)
+        entries = self._entries
+        for key in [k for k in entries if lo <= k < hi]:
+            old = entries.pop(key)
+            del self._times[key]
+            self._bytes -= len(key) + (0 if old is None else len(old))
+        self.ranges.append((lo, hi))
+
     def _refuse(self, key: object, value: object) -> NoReturn:
         if type(value) is not bytes:
             raise TypeError(f"store values must be bytes, got {type(value).__name__}")
@@ -118,6 +140,7 @@ class WriteBuffer:
     def clear(self) -> None:
         """Forget every buffered write (committed, or discarded)."""
         self._entries.clear()
+        self.ranges.clear()
         self._times.clear()
         self._bytes = 0
 

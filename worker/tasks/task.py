@@ -33,9 +33,9 @@ from worker.state.checkpoint import CheckpointError, read_checkpoint, write_chec
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
-from worker.state.ttl_store import open_store
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
+from worker.tasks.stores import open_store
 from worker.tasks.stream_time import CommittedStreamTime
 from worker.tasks.ttl_sweeps import sweep_expired
 
@@ -127,7 +127,9 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = open_store(path, self._ctx.env, spec.name, spec.ttl_ms)
+            self.stores[spec.name] = open_store(
+                spec, path, self._ctx.env, self.id, self._ctx.metrics
+            )
         if self.role is TaskRole.ACTIVE:
             self._graph = self._new_graph()
 

@@ -1,0 +1,332 @@
+"""Windowed stores: a :class:`~worker.state.store.Store` holding windows, bounded by retention.
+
+A windowed store is an ordinary store (raw bytes, the write buffer, the atomic commit of
+data with changelog offsets, restores, standbys, warm-ups, exactly-once) whose keys and
+values have the layout of ``window_format.py``; :class:`WindowedStore` adds what time
+needs, and ``window_stores.py`` the window and session operations on top.
+
+**Observed time.** The largest write time the store has seen (the record timestamps
+the writes carry; emit-final raises it to the task's stream time with :meth:`advance`),
+kept under the reserved key ``OBSERVED_MS`` and written in the same commit as the data,
+so a restart, a move or a restore judges retention as the writer did.
+
+**Retention and expiry.** A window whose time (start; end for sessions) is below
+``observed - retention`` is *expired*: reads skip it even while it is still on disk
+(KAFKA-12960), and a write to it is dropped and counted (:attr:`dropped_writes`).
+Expired windows leave RocksDB by time range: when the expiry cutoff
+(``window_format.expiry_cutoff``: ``min(observed - retention, last_emitted_close)``, so an
+emit-final store never loses a window before it is emitted) gains a whole step of
+``segment_interval(retention)``, the store buffers one ``delete_range`` that the next
+commit applies first in its atomic batch, with the new ``EXPIRED_UPTO``. Never one delete
+per key, and never a changelog tombstone: the changelog topic is ``compact,delete`` with
+time retention, so the broker drops old windows by itself.
+
+**Restore and standbys.** :meth:`restore_batch` gathers a fetched batch instead of
+writing it at once; :meth:`write_restored` first advances the observed time (and the emit
+progress) to what the batch carries, then writes only the records still above the expiry
+cutoff, after the same range delete. A cold restore of a long changelog therefore ends
+with only the live windows on disk, and a standby stays as bounded as its active.
+
+Owner thread only, as :class:`Store`; the ``committed_*`` reads of ``window_stores.py``
+may run on any thread (interactive queries), under the store's close lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol, Self, cast
+
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.scan import KeyRange, Scan, ScanRangeError, check_limit
+from worker.state.store import RestoreBatch, Store
+from worker.state.window_format import (
+    EXPIRED_UPTO,
+    LAST_EMITTED_CLOSE,
+    OBSERVED_MS,
+    decode_meta,
+    encode_meta,
+    entry_time,
+    expiry_cutoff,
+    is_meta_key,
+    plan_expiry,
+    segment_interval,
+)
+
+_NOTHING_BUFFERED: Mapping[bytes, bytes | None] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class WindowLayout:
+    """What a windowed store knows of its windows.
+
+    ``segmented``: sessions (and sliding windows), keyed ``seg || key || end || start``
+    and judged by end; otherwise fixed windows keyed ``start || key`` and judged by start.
+    ``size_ms`` and ``advance_ms``: fixed windows only (end = start + size; starts are
+    multiples of the advance). ``hold_until_emitted``: an emit-final store, whose expiry
+    waits for :meth:`WindowedStore.mark_emitted` (nothing emitted yet holds everything).
+    ``max_ahead_ms``: segmented layouts only, how far after the observed time a window
+    may end (0 for sessions, whose end is a record's time; ``time_difference + 1`` for
+    sliding windows, whose right window ends after the record that makes it).
+    """
+
+    segmented: bool
+    retention_ms: int
+    size_ms: int = 0
+    advance_ms: int = 1
+    hold_until_emitted: bool = False
+    max_ahead_ms: int = 0
+
+    @property
+    def interval_ms(self) -> int:
+        """Expiry's step (and the segment length of segmented layouts)."""
+        return segment_interval(self.retention_ms)
+
+
+def check_times(from_ms: int, to_ms: int) -> None:
+    """Window times of a read, inclusive at both ends.
+
+    Raises:
+        ScanRangeError: not ints, or ``from_ms > to_ms``.
+    """
+    if type(from_ms) is not int or type(to_ms) is not int:
+        raise ScanRangeError(f"window times must be ints, got {from_ms!r} and {to_ms!r}")
+    if from_ms > to_ms:
+        raise ScanRangeError(f"window time from {from_ms} is after to {to_ms}")
+
+
+class WindowEvents(Protocol):
+    """Where a windowed store reports what it drops (the task's metrics)."""
+
+    def expiry_range(self) -> None: ...
+
+    def expired_write(self) -> None: ...
+
+    def restore_skipped(self, records: int) -> None: ...
+
+
+class _NoEvents:
+    def expiry_range(self) -> None:
+        return None
+
+    def expired_write(self) -> None:
+        return None
+
+    def restore_skipped(self, records: int) -> None:
+        return None
+
+
+class StoredWindow(NamedTuple):
+    """One window as the store holds it: the key's bytes, its bounds, the largest record
+    time written to it (``max_ts_ms``: its output's timestamp) and its value's bytes."""
+
+    key: bytes
+    start_ms: int
+    end_ms: int
+    max_ts_ms: int
+    value: bytes
+
+
+class _RangeBatch(RestoreBatch, Protocol):
+    """``Store.restore_batch``'s batch (a rocksdict WriteBatch) takes range deletes too."""
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None: ...
+
+
+class _Gathered:
+    """One fetched batch of changelog records, written at :meth:`WindowedStore.write_restored`
+    once the whole batch has advanced the observed time."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.records.append((key, value))
+
+    def delete(self, key: bytes) -> None:
+        self.records.append((key, None))
+
+    def len(self) -> int:
+        return len(self.records)
+
+    def is_empty(self) -> bool:
+        return not self.records
+
+
+class WindowedStore(Store):
+    """A store of windows: observed time, retention, expiry by range, filtered restores.
+
+    Open with :meth:`open_windowed`. ``observed_ms`` is -1 before the first write.
+    """
+
+    layout: WindowLayout
+    observed_ms: int
+    last_emitted_close: int | None
+    expired_upto: int
+    dropped_writes: int  # writes to expired windows, dropped (for metrics and tests)
+    restore_skipped: int  # restored records past the cutoff, not written
+    expiry_ranges: int  # range deletes buffered
+    events: WindowEvents
+
+    @classmethod
+    def open_windowed(
+        cls,
+        path: Path,
+        env: RocksDBEnv,
+        name: str,
+        layout: WindowLayout,
+        events: WindowEvents | None = None,
+    ) -> Self:
+        """:meth:`Store.open`, then the store's progress read from its reserved keys;
+        ``events`` hears of expiry ranges, dropped writes and skipped restored records.
+
+        Raises: as :meth:`Store.open`.
+        """
+        store = cast(Self, cls.open(path, env, name))
+        store.layout = layout
+        store.events = _NoEvents() if events is None else events
+        store.dropped_writes = store.restore_skipped = store.expiry_ranges = 0
+        store._load_progress()
+        return store
+
+    def _load_progress(self) -> None:
+        self.observed_ms = decode_meta(self.get(OBSERVED_MS), -1)
+        emitted = self.get(LAST_EMITTED_CLOSE)
+        if emitted is None and not self.layout.hold_until_emitted:
+            self.last_emitted_close = None
+        else:
+            self.last_emitted_close = decode_meta(emitted, 0)
+        self.expired_upto = decode_meta(self.get(EXPIRED_UPTO), 0)
+
+    @property
+    def live_from(self) -> int:
+        """Windows with a time below this read as absent (``observed - retention``)."""
+        return self.observed_ms - self.layout.retention_ms
+
+    def _dropped(self) -> bool:
+        """A write to an expired window: counted, and False for the caller to return."""
+        self.dropped_writes += 1
+        self.events.expired_write()
+        return False
+
+    def advance(self, time_ms: int) -> None:
+        """Raise the observed time to ``time_ms`` (a write's timestamp, or emit-final's
+        stream time); never lowers it. Buffers the new time and, when the cutoff gained
+        a step, the range delete of what expired."""
+        if time_ms <= self.observed_ms:
+            return
+        self.put(OBSERVED_MS, encode_meta(time_ms))  # first: it refuses an impossible time
+        self.observed_ms = time_ms
+        self._expire()
+
+    def mark_emitted(self, close_bound: int) -> None:
+        """Emit-final has emitted every window whose time (start; end for sessions) is
+        below ``close_bound``: expiry may now take them. Never lowers the mark."""
+        if self.last_emitted_close is not None and close_bound <= self.last_emitted_close:
+            return
+        self.last_emitted_close = close_bound
+        self.put(LAST_EMITTED_CLOSE, encode_meta(max(close_bound, 0)))
+        self._expire()
+
+    def _cutoff(self, observed_ms: int, last_emitted: int | None) -> int:
+        return expiry_cutoff(observed_ms, self.layout.retention_ms, last_emitted)
+
+    def _expire(self) -> None:
+        layout = self.layout
+        plan = plan_expiry(
+            self._cutoff(self.observed_ms, self.last_emitted_close),
+            self.expired_upto,
+            layout.interval_ms,
+            segmented=layout.segmented,
+        )
+        if plan is None:
+            return
+        assert plan.range.lo is not None and plan.range.hi is not None
+        self.delete_range(plan.range.lo, plan.range.hi)
+        self.expired_upto = plan.expired_upto
+        self.put(EXPIRED_UPTO, encode_meta(plan.expired_upto))
+        self.expiry_ranges += 1
+        self.events.expiry_range()
+
+    def discard_pending(self) -> None:
+        """Forget the buffered writes, and the progress they carried."""
+        super().discard_pending()
+        self._load_progress()
+
+    # -- restore ---------------------------------------------------------------------
+
+    def restore_batch(self) -> RestoreBatch:
+        """A batch that gathers the fetched records (see :meth:`write_restored`)."""
+        return _Gathered()
+
+    def write_restored(self, batch: RestoreBatch, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Write one fetched batch, skipping what has expired, in one atomic write.
+
+        Steps: 1. the observed time and emit progress advance to the largest the batch
+        carries; 2. the expiry plan for them becomes the write's range delete; 3. the
+        records are added in order, except windows below the expiry cutoff (tombstones
+        always pass) and the active's ``EXPIRED_UPTO`` (expiry progress is local); 4.
+        one write with the offsets (``Store.write_restored``); 5. the progress is kept.
+        """
+        if not isinstance(batch, _Gathered):
+            super().write_restored(batch, offsets)
+            return
+        observed, emitted = self.observed_ms, self.last_emitted_close
+        for key, value in batch.records:
+            if value is not None and key == OBSERVED_MS:
+                observed = max(observed, decode_meta(value, -1))
+            elif value is not None and key == LAST_EMITTED_CLOSE:
+                emitted = max(emitted or 0, decode_meta(value, 0))
+        cutoff = self._cutoff(observed, emitted)
+        layout = self.layout
+        plan = plan_expiry(
+            cutoff, self.expired_upto, layout.interval_ms, segmented=layout.segmented
+        )
+        out = cast(_RangeBatch, super().restore_batch())
+        if plan is not None:
+            assert plan.range.lo is not None and plan.range.hi is not None
+            out.delete_range(plan.range.lo, plan.range.hi)
+            out.put(EXPIRED_UPTO, encode_meta(plan.expired_upto))
+        skipped = 0
+        for key, value in batch.records:
+            if value is None:
+                out.delete(key)
+            elif is_meta_key(key):
+                if key != EXPIRED_UPTO:
+                    out.put(key, value)
+            elif entry_time(key, segmented=layout.segmented) < cutoff:
+                skipped += 1
+            else:
+                out.put(key, value)
+        super().write_restored(out, offsets)
+        self.observed_ms, self.last_emitted_close = observed, emitted
+        if plan is not None:
+            self.expired_upto = plan.expired_upto
+            self.expiry_ranges += 1
+            self.events.expiry_range()
+        if skipped:
+            self.restore_skipped += skipped
+            self.events.restore_skipped(skipped)
+
+    # -- scans for window_stores.py -----------------------------------------------------
+
+    def _scan(self, found: KeyRange) -> Scan:
+        """``found`` in key order, this task's buffered writes merged in (owner thread):
+        :meth:`Store.scan`, so the next commit closes it if its reader did not."""
+        return self.scan(found.lo, found.hi)
+
+    def _committed_scan(self, found: KeyRange) -> Scan:
+        """``found`` as committed; call with the close lock held, and close before
+        releasing it."""
+        return Scan(self._require_open().iter(), _NOTHING_BUFFERED, found)
+
+    def _committed_bounds(self, from_ms: int, to_ms: int, limit: int | None) -> tuple[int, int]:
+        """``(committed observed time, lowest live time from from_ms)`` of a committed
+        read, its arguments checked. Call with the close lock held."""
+        check_times(from_ms, to_ms)
+        check_limit(limit)
+        observed = decode_meta(self._read_committed(OBSERVED_MS), -1)
+        return observed, max(from_ms, observed - self.layout.retention_ms)

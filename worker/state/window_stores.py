@@ -1,0 +1,254 @@
+"""Window and session operations over a :class:`~worker.state.window_store.WindowedStore`.
+
+Bytes in, bytes out: keys and values as the serdes made them; the processor views
+(``worker/processing/window_views.py``) and the windowed aggregations encode and decode.
+Every write takes the time it happens at (``timestamp_ms``: the record's timestamp, or
+emit-final's stream time), which advances the store's observed time before the write is
+judged, so retention follows what the store was written with.
+
+Times of ``fetch``-style reads are inclusive at both ends (Kafka Streams' convention for
+window times); ``from_ms > to_ms`` raises :class:`~worker.state.scan.ScanRangeError`.
+Reads skip expired windows (``live_only``); emit-final passes ``live_only=False`` to read
+closed windows that the cutoff still holds for it.
+
+Owner thread only, except the ``committed_*`` methods (interactive queries): those read
+committed data under the store's close lock, from any thread, and raise
+``StoreClosedError`` once the store is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from worker.clock import MAX_TIME_MS
+from worker.state.ttl import RESERVED_PREFIX
+from worker.state.window_format import (
+    decode_fixed_key,
+    decode_segmented_key,
+    decode_value,
+    encode_value,
+    fixed_fetch_keys,
+    fixed_key,
+    fixed_time_range,
+    segment_ranges,
+    segment_span,
+    segmented_key,
+)
+from worker.state.window_store import StoredWindow, WindowedStore, check_times
+
+__all__ = ["FixedWindowStore", "SessionStore", "StoredWindow"]
+
+
+class FixedWindowStore(WindowedStore):
+    """Tumbling and hopping windows ``[start, start + size)``, keyed ``start || key``."""
+
+    def _window(self, key: bytes, start_ms: int, stored: bytes) -> StoredWindow:
+        max_ts, value = decode_value(stored)
+        return StoredWindow(key, start_ms, start_ms + self.layout.size_ms, max_ts, value)
+
+    def put_window(
+        self,
+        key: bytes,
+        start_ms: int,
+        value: bytes | None,
+        timestamp_ms: int,
+        *,
+        max_ts_ms: int | None = None,
+    ) -> bool:
+        """Write (``None``: delete) the window of ``key`` starting at ``start_ms`` at time
+        ``timestamp_ms``; ``max_ts_ms`` (default ``timestamp_ms``) is stored as the
+        window's largest record time. False when the window has expired: the write is
+        dropped and counted.
+
+        Raises:
+            ValueError: ``start_ms`` is not a window start (a multiple of the advance, >= 0).
+        """
+        if start_ms < 0 or start_ms % self.layout.advance_ms:
+            raise ValueError(
+                f"store {self.name!r}: {start_ms} is not a window start "
+                f"(a multiple of advance_ms {self.layout.advance_ms})"
+            )
+        self.advance(timestamp_ms)
+        if start_ms < self.live_from:
+            return self._dropped()
+        stored_key = fixed_key(start_ms, key)
+        if value is None:
+            self.delete(stored_key)
+        else:
+            self.put(
+                stored_key, encode_value(timestamp_ms if max_ts_ms is None else max_ts_ms, value)
+            )
+        return True
+
+    def get_window(self, key: bytes, start_ms: int) -> StoredWindow | None:
+        """The window of ``key`` starting at ``start_ms``, uncommitted writes included."""
+        if start_ms < max(self.live_from, 0) or start_ms > MAX_TIME_MS:
+            return None
+        stored = self.get(fixed_key(start_ms, key))
+        return None if stored is None else self._window(key, start_ms, stored)
+
+    def fetch_windows(self, key: bytes, from_ms: int, to_ms: int) -> list[StoredWindow]:
+        """``key``'s windows starting in ``[from_ms, to_ms]``, by start: point reads of the
+        aligned starts between the live bound and the observed time."""
+        check_times(from_ms, to_ms)
+        found: list[StoredWindow] = []
+        lo, hi = max(from_ms, self.live_from), min(to_ms, self.observed_ms)
+        if lo > hi:
+            return found
+        for stored_key in fixed_fetch_keys(key, lo, hi, self.layout.advance_ms):
+            stored = self.get(stored_key)
+            if stored is not None:
+                found.append(self._window(key, decode_fixed_key(stored_key)[0], stored))
+        return found
+
+    def fetch_all_windows(
+        self, from_ms: int, to_ms: int, *, live_only: bool = True
+    ) -> Iterator[StoredWindow]:
+        """Every key's windows starting in ``[from_ms, to_ms]``, by start then key: one
+        ordered scan. A generator holding a RocksDB cursor: exhaust or close it before
+        the next commit."""
+        check_times(from_ms, to_ms)
+        lo = max(from_ms, self.live_from) if live_only else from_ms
+        with self._scan(fixed_time_range(lo, to_ms)) as scan:
+            for stored_key, stored in scan:
+                start, key = decode_fixed_key(stored_key)
+                yield self._window(key, start, stored)
+
+    def committed_windows(
+        self, key: bytes | None, from_ms: int, to_ms: int, limit: int | None
+    ) -> tuple[int, list[StoredWindow]]:
+        """``(observed time, windows)`` as committed: ``key``'s windows starting in
+        ``[from_ms, to_ms]`` (every key's when ``key`` is None), live ones only, at most
+        ``limit``. Any thread."""
+        with self._close_lock:
+            observed, lo = self._committed_bounds(from_ms, to_ms, limit)
+            found: list[StoredWindow] = []
+            if lo > to_ms or limit == 0:
+                return observed, found
+            if key is not None:
+                hi = min(to_ms, max(observed, 0))
+                for stored_key in fixed_fetch_keys(key, lo, hi, self.layout.advance_ms):
+                    stored = self._read_committed(stored_key)
+                    if stored is not None:
+                        found.append(self._window(key, decode_fixed_key(stored_key)[0], stored))
+                        if len(found) == limit:
+                            break
+                return observed, found
+            with self._committed_scan(fixed_time_range(lo, to_ms)) as scan:
+                for stored_key, stored in scan:
+                    start, each = decode_fixed_key(stored_key)
+                    found.append(self._window(each, start, stored))
+                    if len(found) == limit:
+                        break
+            return observed, found
+
+
+class SessionStore(WindowedStore):
+    """Sessions ``[start, end]`` (both included), keyed ``seg || key || end || start``
+    and judged by their end; also the store of sliding windows, which have the same
+    shape. A window cannot end more than ``layout.max_ahead_ms`` after the observed time
+    (a session's end is its last record's time, at most the latest write), which bounds
+    every search."""
+
+    @property
+    def _latest_end(self) -> int:
+        return self.observed_ms + self.layout.max_ahead_ms
+
+    def _session(self, stored_key: bytes, stored: bytes) -> StoredWindow:
+        key, start, end = decode_segmented_key(stored_key)
+        max_ts, value = decode_value(stored)
+        return StoredWindow(key, start, end, max_ts, value)
+
+    def _stored_key(self, key: bytes, start_ms: int, end_ms: int) -> bytes:
+        if not 0 <= start_ms <= end_ms:
+            raise ValueError(f"store {self.name!r}: session [{start_ms}, {end_ms}] is not a range")
+        return segmented_key(key, start_ms, end_ms, self.layout.interval_ms)
+
+    def put_session(
+        self,
+        key: bytes,
+        start_ms: int,
+        end_ms: int,
+        value: bytes,
+        timestamp_ms: int,
+        *,
+        max_ts_ms: int | None = None,
+    ) -> bool:
+        """Write ``key``'s session ``[start_ms, end_ms]`` at time ``timestamp_ms``
+        (``max_ts_ms`` defaults to ``end_ms``). False when it has expired (dropped,
+        counted).
+
+        Raises:
+            ValueError: ``start_ms > end_ms``, a negative start, or an end more than
+                ``layout.max_ahead_ms`` after the observed time.
+        """
+        stored_key = self._stored_key(key, start_ms, end_ms)
+        self.advance(timestamp_ms)
+        if end_ms > self._latest_end:
+            raise ValueError(
+                f"store {self.name!r}: session end {end_ms} is after the latest write time "
+                f"{self.observed_ms} + {self.layout.max_ahead_ms} (write a session at its "
+                "last record's time)"
+            )
+        if end_ms < self.live_from:
+            return self._dropped()
+        self.put(stored_key, encode_value(end_ms if max_ts_ms is None else max_ts_ms, value))
+        return True
+
+    def remove_session(self, key: bytes, start_ms: int, end_ms: int) -> None:
+        """Delete ``key``'s session ``[start_ms, end_ms]`` (a merge absorbed it)."""
+        self.delete(self._stored_key(key, start_ms, end_ms))
+
+    def find_sessions(
+        self, key: bytes, earliest_end_ms: int, latest_start_ms: int, *, live_only: bool = True
+    ) -> list[StoredWindow]:
+        """``key``'s sessions ending at or after ``earliest_end_ms`` and starting at or
+        before ``latest_start_ms`` (Kafka's ``findSessions``), by end: one seek per
+        segment, uncommitted writes included."""
+        lo = max(earliest_end_ms, self.live_from) if live_only else earliest_end_ms
+        found = []
+        for found_range in segment_ranges(key, lo, self._latest_end, self.layout.interval_ms):
+            with self._scan(found_range) as scan:
+                for stored_key, stored in scan:
+                    session = self._session(stored_key, stored)
+                    if session.start_ms <= latest_start_ms:
+                        found.append(session)
+        return found
+
+    def fetch_all_sessions(
+        self, end_from_ms: int, end_to_ms: int, *, live_only: bool = True
+    ) -> Iterator[StoredWindow]:
+        """Every key's sessions ending in ``[end_from_ms, end_to_ms]``, by segment of
+        their end, then key, then end (not globally by time). A generator holding a
+        RocksDB cursor: exhaust or close it before the next commit."""
+        check_times(end_from_ms, end_to_ms)
+        lo = max(end_from_ms, self.live_from) if live_only else end_from_ms
+        span = segment_span(lo, end_to_ms, self.layout.interval_ms)
+        if span is None:
+            return
+        with self._scan(span.below(RESERVED_PREFIX)) as scan:
+            for stored_key, stored in scan:
+                session = self._session(stored_key, stored)
+                if lo <= session.end_ms <= end_to_ms:
+                    yield session
+
+    def committed_sessions(
+        self, key: bytes, from_ms: int, to_ms: int, limit: int | None
+    ) -> tuple[int, list[StoredWindow]]:
+        """``(observed time, sessions)`` as committed: ``key``'s live sessions ending at
+        or after ``from_ms`` and starting at or before ``to_ms``, by end, at most
+        ``limit``. Any thread."""
+        with self._close_lock:
+            observed, lo = self._committed_bounds(from_ms, to_ms, limit)
+            found: list[StoredWindow] = []
+            latest_end = observed + self.layout.max_ahead_ms
+            ranges = segment_ranges(key, lo, latest_end, self.layout.interval_ms)
+            for found_range in [] if limit == 0 else ranges:
+                with self._committed_scan(found_range) as scan:
+                    for stored_key, stored in scan:
+                        session = self._session(stored_key, stored)
+                        if session.start_ms <= to_ms:
+                            found.append(session)
+                            if len(found) == limit:
+                                return observed, found
+            return observed, found

@@ -1,0 +1,76 @@
+"""Opening a task's store as its spec says: key-value (with a TTL or not), or windowed
+with its layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from worker.assignment.task_id import TaskId
+from worker.observability import Metrics
+from worker.processing.topology import StoreSpec
+from worker.processing.windows import SessionWindows, SlidingWindows
+from worker.state import ttl_store
+from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
+from worker.state.window_store import WindowLayout
+from worker.state.window_stores import FixedWindowStore, SessionStore
+
+
+def window_layout(spec: StoreSpec) -> WindowLayout | None:
+    """The windowed layout of ``spec``'s store; None for a key-value store."""
+    windows = spec.windows
+    if windows is None:
+        return None
+    if isinstance(windows, SessionWindows | SlidingWindows):
+        ahead = windows.time_difference_ms + 1 if isinstance(windows, SlidingWindows) else 0
+        return WindowLayout(
+            segmented=True,
+            retention_ms=windows.retention_ms,
+            hold_until_emitted=spec.hold_until_emitted,
+            max_ahead_ms=ahead,
+        )
+    return WindowLayout(
+        segmented=False,
+        retention_ms=windows.retention_ms,
+        size_ms=windows.size_ms,
+        advance_ms=windows.advance_ms,
+        hold_until_emitted=spec.hold_until_emitted,
+    )
+
+
+class WindowMetrics:
+    """A windowed store's events as the task's metrics (labels task and store)."""
+
+    def __init__(self, metrics: Metrics, task: str, store: str) -> None:
+        self._ranges = metrics.window_expiry_ranges.labels(task=task, store=store)
+        self._writes = metrics.window_expired_writes.labels(task=task, store=store)
+        self._skipped = metrics.window_restore_skipped.labels(task=task, store=store)
+
+    def expiry_range(self) -> None:
+        self._ranges.inc()
+
+    def expired_write(self) -> None:
+        self._writes.inc()
+
+    def restore_skipped(self, records: int) -> None:
+        self._skipped.inc(records)
+
+
+def open_store(
+    spec: StoreSpec,
+    path: Path,
+    env: RocksDBEnv,
+    task: TaskId | None = None,
+    metrics: Metrics | None = None,
+) -> Store:
+    """Open ``spec``'s store at ``path``; a windowed store reports what it drops to
+    ``metrics`` (labelled with ``task``), when given.
+
+    Raises: as :meth:`Store.open`.
+    """
+    layout = window_layout(spec)
+    if layout is None:
+        return ttl_store.open_store(path, env, spec.name, spec.ttl_ms)
+    events = None if metrics is None else WindowMetrics(metrics, str(task), spec.name)
+    kind = SessionStore if layout.segmented else FixedWindowStore
+    return kind.open_windowed(path, env, spec.name, layout, events)
