@@ -22,4 +22,5 @@ BENCHMARK_NAMES = (
     "spark_load",
     "scale",
     "scans_ttl",
+    "windowed",
 )

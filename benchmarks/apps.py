@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from worker.processing import ProcessorContext, Topology
+from worker.processing.windows import tumbling
 from worker.serde import BYTES, JSON, STR
+from worker.windowed_serde import WindowedSerde
 
 MEMORY_TOPIC = "memory-input"
 MEMORY_STORE = "blobs"
@@ -51,6 +53,35 @@ def count_and_sum_app() -> Topology:
         .add_store(SUMS_STORE, key_serde=STR, value_serde=JSON)
         .add_processor("sum", count_and_sum, parents=["amounts-in"], stores=[SUMS_STORE])
         .add_sink("totals-out", SUMS_OUTPUT, parents=["sum"], key_serde=STR, value_serde=JSON)
+    )
+
+
+WINDOWED_OUTPUT = "amount-minutes"
+WINDOW_GRACE_MS = 10_000
+
+
+def add_amount(key: str, value: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
+    return {"count": totals["count"] + 1, "sum": totals["sum"] + value["amount"]}
+
+
+def windowed_count_and_sum_app() -> Topology:
+    """Issue 22's workload: count and sum per key per tumbling minute of event time, every
+    update forwarded (one store read, one write and one output per record, as
+    :func:`count_and_sum_app`)."""
+    return (
+        Topology()
+        .add_source("amounts-in", SUMS_INPUT, key_serde=STR, value_serde=JSON)
+        .add_windowed_aggregation(
+            "per-minute",
+            ["amounts-in"],
+            tumbling(60_000, grace_ms=WINDOW_GRACE_MS),
+            initializer=lambda: {"count": 0, "sum": 0},
+            aggregator=add_amount,
+            emit="update",
+            key_serde=STR,
+            value_serde=JSON,
+        )
+        .add_sink("minutes-out", WINDOWED_OUTPUT, ["per-minute"], WindowedSerde(STR), JSON)
     )
 
 

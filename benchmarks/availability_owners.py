@@ -12,6 +12,9 @@ the fields must stay, or ``worker_timeline`` change with them):
   the worker's whole assignment from that moment (the owner of a task is the worker
   whose latest applied assignment lists it as active; a worker gives up every task
   when the benchmark sends it SIGTERM or SIGKILL);
+- ``handover.taken_over`` with ``task_id``: the worker read the old owner's release of
+  a task its assignment gave it as a standby to take over, and runs it as active from
+  then on (worker/tasks/handover.py; its next assignment lists it as active);
 - ``initial_standbys.opened`` with ``tasks``: local state it opened before its first
   assignment (a restarted worker's copy of its old tasks);
 - ``restore.done`` with ``task_id``, ``role`` and ``records``: what a moved task restored
@@ -31,6 +34,7 @@ from typing import Any
 from benchmarks.log_events import log_time
 from worker.events import (
     ASSIGNMENT_APPLIED,
+    HANDOVER_TAKEN_OVER,
     INITIAL_STANDBYS_OPENED,
     MEMBERSHIP_ASSIGNED,
     MEMBERSHIP_STARTED,
@@ -75,6 +79,7 @@ class _Change:
     standby: frozenset[str] = frozenset()
     warmup: frozenset[str] = frozenset()
     local: frozenset[str] = frozenset()  # initial standbys opened from its state dir
+    taken: str | None = None  # a task taken over on its old owner's release
     exited: bool = False
     first_of_run: bool = False
 
@@ -120,6 +125,8 @@ def worker_timeline(
                     warmup=_tasks(event.get("warmup")),
                 )
             )
+        elif kind == HANDOVER_TAKEN_OVER:
+            timeline.changes.append(_Change(at, name, taken=str(event.get("task_id"))))
         elif kind == RESTORE_DONE and event.get("role") == "active":
             timeline.restores.append((at, str(event.get("task_id")), int(event.get("records", 0))))
         elif _round_starts(kind, event):
@@ -189,6 +196,15 @@ def replay(timelines: dict[str, _Timeline]) -> list[_Takeover]:
             continue
         if change.local:
             held[change.worker] = _Held(local=change.local)
+            continue
+        if change.taken is not None:
+            task = change.taken
+            held[change.worker] = _Held(
+                before.active | {task}, before.standby - {task}, before.warmup, before.local
+            )
+            if owner.get(task) != change.worker:
+                owner[task] = change.worker
+                out.append(_Takeover(change.at, task, change.worker, before.had(task)))
             continue
         held[change.worker] = _Held(change.active, change.standby, change.warmup)
         for task, who in list(owner.items()):

@@ -1,7 +1,7 @@
 """The availability benchmark's three scenarios (rolling restart, scale-out, kill -9), each
-on its own broker with the topology ``worker.examples.counting`` in 6 partitions, and what
-each observed: per membership event, every task's longest stall and the tasks that moved.
-:mod:`benchmarks.availability` describes them and reports.
+on its own broker with the topology ``worker.examples.counting`` in 6 partitions, once per
+processing guarantee, and what each observed: per membership event, every task's longest
+stall and the tasks that moved. :mod:`benchmarks.availability` describes them and reports.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.kafka_io import Record, SteadyProducer, create_topics, read_timestamps
+from benchmarks.kafka_io import (
+    ArrivalWatch,
+    Record,
+    SteadyProducer,
+    create_topics,
+    read_timestamps,
+)
 from worker.dev.processes import WorkerProcess
 from worker.dev.stalls import longest_stalls, stalled_share
 from worker.examples import counting
@@ -42,6 +48,8 @@ from worker.serde import JSON, STR
 
 APP = "worker.examples.counting:build"
 STALLED = 1.5  # s: a stall longer than this counts (issue 13)
+EXACTLY_ONCE = "exactly_once_v2"
+AT_LEAST_ONCE = "at_least_once"
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,9 @@ class Params:
     restarts: int = 3  # rolling restart: how many of the workers are restarted
     restart_killed: bool = True
     timeout: float = 120.0
+    # Every scenario runs once per guarantee; exactly-once output is read as a
+    # read_committed consumer sees it (issue 23).
+    guarantees: tuple[str, ...] = (AT_LEAST_ONCE, EXACTLY_ONCE)
     # Run the scenarios side by side (each has its own broker): for the smoke test's
     # short quick run only; with the real rate they would slow each other down.
     parallel: bool = False
@@ -78,6 +89,7 @@ QUICK = Params(
     restarts=1,
     restart_killed=False,
     parallel=True,
+    guarantees=(EXACTLY_ONCE,),
 )
 
 
@@ -105,10 +117,13 @@ class EventOutcome:
 @dataclass
 class ScenarioOutcome:
     key: str  # a key of SCENARIOS
+    guarantee: str  # processing.guarantee of its workers
     t0: float  # epoch s: the input started
     end: float  # epoch s: the input stopped
     events: list[EventOutcome]
-    outputs: dict[str, list[float]]  # task -> output timestamps (epoch s)
+    # task -> when each output could be read (epoch s): its CreateTime under
+    # at-least-once, its arrival at a read_committed consumer under exactly-once
+    outputs: dict[str, list[float]]
     owners: dict[str, list[tuple[float, str | None]]]  # task -> (since, owner)
     rounds: dict[str, list[tuple[float, float]]]  # worker -> rebalance rounds (epoch s)
 
@@ -122,10 +137,11 @@ def input_records(keys: int, count: int, start: int) -> Iterator[Record]:
 class Group:
     """One scenario's broker, workers and the membership events sent to them."""
 
-    def __init__(self, ctx: RunContext, params: Params, tag: str) -> None:
+    def __init__(self, ctx: RunContext, params: Params, tag: str, guarantee: str) -> None:
         self.ctx = ctx
         self.params = params
-        self.tag = tag
+        self.guarantee = guarantee
+        self.tag = tag = f"{tag}-{'eos' if guarantee == EXACTLY_ONCE else 'alo'}"
         broker = start_broker(ctx, f"broker-{tag}")
         self.bootstrap = broker.bootstrap
         create_topics(self.bootstrap, {counting.INPUTS: PARTITIONS, counting.OUTPUTS: PARTITIONS})
@@ -137,8 +153,10 @@ class Group:
                 "num.standby.replicas": 1,
                 # Stalls are silences in the outputs' timestamps: stamp them when written.
                 "timestamp.extractor": timestamps.WALL_CLOCK,
+                "processing.guarantee": guarantee,
             },
         )
+        self.arrivals: ArrivalWatch | None = None
         self.workers: dict[str, WorkerProcess] = {}
         self.exits: dict[str, list[float]] = {}
         self.events: list[Event] = []
@@ -186,6 +204,9 @@ class Group:
         )
 
     def start_input(self) -> None:
+        if self.guarantee == EXACTLY_ONCE:
+            self.arrivals = ArrivalWatch(self.bootstrap, counting.OUTPUTS)
+            self.ctx.own(self.arrivals.start, self.arrivals.close)
         keys = self.params.keys
         self.input = SteadyProducer(
             self.bootstrap,
@@ -224,8 +245,7 @@ class Group:
             if worker.alive:
                 stop_worker(worker)
                 self.exits[name].append(time.time())
-        stamps = read_timestamps(self.bootstrap, counting.OUTPUTS)
-        outputs = {f"0_{p}": [t / 1000 for t in ts] for p, ts in stamps.items()}
+        outputs = self._outputs()
         timelines = {
             name: worker_timeline(name, worker.log_events(), self.exits[name])
             for name, worker in self.workers.items()
@@ -247,6 +267,7 @@ class Group:
             )
         return ScenarioOutcome(
             key=key,
+            guarantee=self.guarantee,
             t0=self.t0,
             end=end,
             events=events,
@@ -254,6 +275,14 @@ class Group:
             owners=ownership(takeovers),
             rounds={name: t.rounds for name, t in timelines.items()},
         )
+
+    def _outputs(self) -> dict[str, list[float]]:
+        """Per task, when each of its outputs could be read (see ScenarioOutcome)."""
+        if self.arrivals is not None:
+            arrivals = self.arrivals.close()
+            return {f"0_{p}": arrivals.get(p, []) for p in range(PARTITIONS)}
+        stamps = read_timestamps(self.bootstrap, counting.OUTPUTS)
+        return {f"0_{p}": [t / 1000 for t in ts] for p, ts in stamps.items()}
 
 
 def _balanced(workers: Sequence[WorkerProcess]) -> bool:
@@ -273,8 +302,8 @@ def worker_names(count: int) -> list[str]:
     return [f"w{i + 1}" for i in range(count)]
 
 
-def rolling_restart(ctx: RunContext, params: Params) -> ScenarioOutcome:
-    group = Group(ctx, params, "rolling")
+def rolling_restart(ctx: RunContext, params: Params, guarantee: str) -> ScenarioOutcome:
+    group = Group(ctx, params, "rolling", guarantee)
     names = worker_names(params.workers)
     group.begin(names)
     for name in names[: params.restarts]:
@@ -285,8 +314,8 @@ def rolling_restart(ctx: RunContext, params: Params) -> ScenarioOutcome:
     return group.finish("rolling")
 
 
-def scale_out(ctx: RunContext, params: Params) -> ScenarioOutcome:
-    group = Group(ctx, params, "scale")
+def scale_out(ctx: RunContext, params: Params, guarantee: str) -> ScenarioOutcome:
+    group = Group(ctx, params, "scale", guarantee)
     names = worker_names(params.workers)
     group.begin(names[:1])
     for name in names[1:]:
@@ -296,8 +325,8 @@ def scale_out(ctx: RunContext, params: Params) -> ScenarioOutcome:
     return group.finish("scale_out")
 
 
-def kill_one(ctx: RunContext, params: Params) -> ScenarioOutcome:
-    group = Group(ctx, params, "kill")
+def kill_one(ctx: RunContext, params: Params, guarantee: str) -> ScenarioOutcome:
+    group = Group(ctx, params, "kill", guarantee)
     names = worker_names(params.workers)
     group.begin(names)
     victim = names[-1]
@@ -309,7 +338,7 @@ def kill_one(ctx: RunContext, params: Params) -> ScenarioOutcome:
     return group.finish("kill")
 
 
-SCENARIOS: dict[str, Callable[[RunContext, Params], ScenarioOutcome]] = {
+SCENARIOS: dict[str, Callable[[RunContext, Params, str], ScenarioOutcome]] = {
     "rolling": rolling_restart,
     "scale_out": scale_out,
     "kill": kill_one,
@@ -321,12 +350,16 @@ class Measured:
     """What every scenario observed."""
 
     params: Params
-    outcomes: list[ScenarioOutcome]  # in the order of SCENARIOS
+    outcomes: list[ScenarioOutcome]  # per guarantee, in the order of SCENARIOS
 
 
 def measure(ctx: RunContext, params: Params) -> Measured:
-    """Every scenario, one after another (side by side in quick mode)."""
-    calls = {key: partial(scenario, ctx, params) for key, scenario in SCENARIOS.items()}
+    """Every scenario under every guarantee, one after another (side by side in quick mode)."""
+    calls = {
+        f"{key}-{guarantee}": partial(scenario, ctx, params, guarantee)
+        for guarantee in params.guarantees
+        for key, scenario in SCENARIOS.items()
+    }
     if params.parallel:
         return Measured(params, list(side_by_side(calls).values()))
     return Measured(params, [call() for call in calls.values()])

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -64,8 +64,12 @@ def produce(
     producer: ck.Producer | None = None,
     flush: bool = True,
     next_offsets: dict[int, int] | None = None,
+    timestamps: Iterable[int] | None = None,
 ) -> int:
     """Produce pre-serialised (key, value) pairs, partitioned by murmur2(key); return the count.
+
+    ``timestamps``, when given, are the records' timestamps in ms, one per record (else
+    the producer's clock).
 
     ``next_offsets``, when given, is updated per partition with the offset after the last
     acknowledged record. Raises BenchmarkFailed if the broker did not acknowledge every
@@ -83,10 +87,12 @@ def produce(
             ends[msg.partition()] = msg.offset() + 1
 
     count = 0
+    times = iter(timestamps) if timestamps is not None else None
     for key, value in records:
+        timestamp = 0 if times is None else next(times)
         while True:
             try:
-                prod.produce(topic, value, key, on_delivery=on_delivery)
+                prod.produce(topic, value, key, on_delivery=on_delivery, timestamp=timestamp)
                 break
             except BufferError:
                 prod.poll(0.05)
@@ -222,3 +228,57 @@ class SteadyProducer:
         if self.error is not None:
             error, self.error = self.error, None
             raise BenchmarkFailed(f"producer to {self._topic} failed: {error!r}")
+
+
+class ArrivalWatch:
+    """When each record of ``topic`` reached a ``read_committed`` consumer (epoch s), per
+    partition, followed live on a thread from the beginning of the topic until closed.
+
+    That is how exactly-once output is read: a record counts from the moment its
+    transaction committed and the consumer could fetch it, not from when it was written.
+    The test broker also serves an aborted transaction's records to such consumers once
+    the abort is written (platform-facts.md), so a run with aborts shows them arriving.
+    """
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = raw_consumer(
+            bootstrap,
+            f"bench-arrivals-{uuid.uuid4().hex[:6]}",
+            {"isolation.level": "read_committed", "fetch.wait.max.ms": 20},
+        )
+        self._consumer.assign(
+            [
+                ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING)
+                for p in partitions_of(bootstrap, topic)
+            ]
+        )
+        self.arrivals: dict[int, list[float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"arrivals-{topic}", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                messages = self._consumer.consume(10000, 0.05)
+                now = time.time()
+                for msg in messages:
+                    if msg.error() is None:
+                        self.arrivals.setdefault(cast(int, msg.partition()), []).append(now)
+        except BaseException as exc:  # reported by close()
+            self.error = exc
+        finally:
+            self._consumer.close()
+
+    def start(self) -> ArrivalWatch:
+        self._thread.start()
+        return self
+
+    def close(self) -> dict[int, list[float]]:
+        """Stop and return the arrivals; idempotent. Raises what the thread raised."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        if self.error is not None:
+            raise BenchmarkFailed(f"watching arrivals: {self.error!r}")
+        return self.arrivals

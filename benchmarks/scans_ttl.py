@@ -48,7 +48,7 @@ from benchmarks.ttl_churn import (
     store_dirs,
     stored_entries,
 )
-from worker.processing.context import KeyValueStore
+from worker.processing.store_views import KeyValueStore
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store

@@ -36,10 +36,9 @@ from worker.tasks.task import TaskContext
 
 
 class OffsetBook:
-    """The group's committed offsets (and their metadata), kept in memory."""
+    """The group member's commit API, kept in memory (the one part not the worker's own)."""
 
-    generation = 1
-    member_id = "benchmark"
+    commit_generation = (1, "benchmark")
 
     def __init__(self) -> None:
         self.offsets: dict[TP, int] = {}

@@ -92,6 +92,13 @@ class TransactionAborted(OutputFailed):
     """The transaction did not commit and its records are aborted; the producer lives on."""
 
 
+class GenerationMoved(TransactionAborted):
+    """The group refused the transaction's offsets: the generation they named is over
+    (the JoinGroup round ended before they arrived). Its records are aborted; revive the
+    tasks in it and commit again with the new generation. Only the group moved on: the
+    tasks are still ours unless the new assignment says otherwise."""
+
+
 class ProducerFenced(TransactionAborted):
     """As TransactionAborted, and the producer is dead (another instance took its
     transactional.id, or its epoch or generation is stale): it is replaced."""

@@ -124,6 +124,12 @@ class Metrics:
             ["task", "store"],
             registry=r,
         )
+        self.late_records = Counter(
+            "worker_late_records_total",
+            "Records a windowed aggregation dropped: every window they belong to had closed",
+            ["task", "processor"],
+            registry=r,
+        )
         self.window_restore_skipped = Counter(
             "worker_window_restore_skipped_records_total",
             "Changelog records of expired windows a restore or standby read and skipped",
@@ -208,7 +214,13 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
             registry=r,
         )
-        self.commits = Counter("worker_commits_total", "Commits of all active tasks", registry=r)
+        self.commits = Counter(
+            "worker_commits_total",
+            "Commits of all active tasks, by result: committed, deferred (the group was"
+            " syncing), or why it failed (generation_moved, fenced, transaction_failed, ...)",
+            ["result"],
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "worker_commit_seconds",
             "Time to commit (flush producer, write stores, commit offsets)",

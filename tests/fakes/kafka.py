@@ -19,6 +19,7 @@ from typing import Any
 
 from worker.assignment.task_id import TP
 from worker.kafka.consumers import FetchedBatch
+from worker.state.stream_time_marker import STREAM_TIME_KEY, stream_time_of
 
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 
@@ -120,6 +121,21 @@ class FakeCollector:
             self.changelog.append(SentRecord(topic, partition, key, value, None, offset, stamp))
             self._unacked.append((tp, offset))
 
+    def send_marker(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        headers: list[tuple[str, bytes]],
+        timestamp: int = 0,
+    ) -> None:
+        tp = (topic, partition)
+        offset = self.next_offsets.get(tp, 0)
+        self.next_offsets[tp] = offset + 1
+        record = SentRecord(topic, partition, key, None, headers, offset, timestamp)
+        self.changelog.append(record)
+        self._unacked.append((tp, offset))
+
     def poll(self) -> None:
         self.polls += 1
 
@@ -138,11 +154,20 @@ class FakeCollector:
         self.flush(timeout)
 
     def changelog_for(self, topic: str, partition: int) -> list[tuple[bytes, bytes | None]]:
-        """(key, value) of every changelog record sent to one partition, in order."""
+        """(key, value) of every changelog record sent to one partition, in order, but
+        the stream-time markers (:meth:`stream_time_markers`)."""
         return [
             (r.key or b"", r.value)
             for r in self.changelog
-            if r.topic == topic and r.partition == partition
+            if r.topic == topic and r.partition == partition and r.key != STREAM_TIME_KEY
+        ]
+
+    def stream_time_markers(self, topic: str, partition: int) -> list[int]:
+        """The stream times of the markers sent to one changelog partition, in order."""
+        return [
+            stream_time_of(r.headers)
+            for r in self.changelog
+            if r.topic == topic and r.partition == partition and r.key == STREAM_TIME_KEY
         ]
 
 
@@ -186,13 +211,23 @@ class _FakeLogs:
         self.added: list[dict[TP, int | None]] = []  # every add() call, for assertions
         self.paused: set[TP] = set()
         self._fetched: set[TP] = set()
+        self.headers: dict[tuple[TP, int], Any] = {}  # (partition, offset) -> its headers
         self.closed = False
 
-    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> int:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any = None,
+    ) -> int:
         """Append a record at the end of the partition; return its offset."""
         tp = (topic, partition)
         offset = self.end_offset(tp)
         self.logs.setdefault(tp, []).append((offset, key, value))
+        if headers:
+            self.headers[(tp, offset)] = headers
         self.high_watermarks[tp] = offset + 1
         return offset
 
@@ -284,7 +319,10 @@ class FakeRestoreConsumer(_FakeLogs):
                 continue
             self._fetched.add(tp)
             records = self._take(tp, max_records - taken) if taken < max_records else []
-            batch.messages += (FakeMessage(tp[0], tp[1], o, k, v) for o, k, v in records)
+            batch.messages += (
+                FakeMessage(tp[0], tp[1], o, k, v, _headers=self.headers.get((tp, o)))
+                for o, k, v in records
+            )
             taken += len(records)
             end = self.end_offset(tp)
             if self.positions[tp] >= end and self._eof_reported.get(tp) != end:

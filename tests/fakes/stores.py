@@ -1,4 +1,4 @@
-"""An in-memory stand-in for a store's byte-level interface (``worker.processing.context.RawStore``).
+"""An in-memory stand-in for a store's byte-level interface (``worker.processing.store_views.RawStore``).
 
 For tests of processing logic where RocksDB adds nothing (the example app over many
 records). Writes are visible at once; there is no buffer, cache, commit or offset.

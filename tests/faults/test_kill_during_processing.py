@@ -60,7 +60,7 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
         wait_until(
             lambda: (
                 w.metric("worker_processed_records_total") > 20000
-                and w.metric("worker_commits_total") >= 3
+                and w.metric("worker_commits_total", result="committed") >= 3
             ),
             60,
             message="processing well under way",

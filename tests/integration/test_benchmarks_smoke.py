@@ -99,6 +99,10 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
             "TTL store under a churn of distinct keys: changelog live keys",
         ],
     ),
+    "windowed": (
+        "Windowed count and sum: tumbling minutes, emit on update",
+        ["records/s, tumbling minutes, emit on update"],
+    ),
 }
 # Benchmarks whose report has no plot (a table of sizes says it all).
 PLOTLESS = {"scale"}

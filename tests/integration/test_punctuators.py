@@ -117,12 +117,6 @@ def test_a_stream_punctuator_fires_once_per_interval_across_a_restart_and_a_kill
     assert a.terminate() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the test broker drops offset metadata and a standby's store never holds the"
-    " stream time its active committed (worker/tasks/stream_time.py): the new owner starts"
-    " without it and crosses interval 0's boundary again",
-)
 @pytest.mark.duration(35)
 def test_a_stream_punctuator_fires_once_per_interval_across_a_move(worker_factory) -> None:
     app = PunctuatingApp(worker_factory)

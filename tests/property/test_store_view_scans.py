@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.processing.context import KeyValueStore
+from worker.processing.store_views import KeyValueStore
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store

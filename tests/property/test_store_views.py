@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.processing.context import KeyValueStore
+from worker.processing.store_views import KeyValueStore
 from worker.serde import BYTES, JSON, STR, Codec, JsonSerde, Serde, SerdeError
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store

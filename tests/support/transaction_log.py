@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
@@ -34,6 +34,10 @@ class LogRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+    # When a read_committed reader could first see it (ms): the timestamp of the COMMIT
+    # marker that ended its transaction, or its own for a non-transactional record.
+    visible_at: int = 0
+    producer_id: int = -1  # the producer that wrote it (-1: no idempotent producer)
 
 
 def read_committed_partition(
@@ -54,10 +58,19 @@ def read_committed_partition(
                     for marker in batch:
                         records = pending.pop(batch.producer_id, [])
                         if marker.commit:  # type: ignore[attr-defined]
-                            kept.extend(records)
+                            stamp = batch.max_timestamp
+                            kept.extend(replace(r, visible_at=stamp) for r in records)
                     continue
                 records = [
-                    LogRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+                    LogRecord(
+                        r.offset,
+                        r.timestamp,
+                        r.key,
+                        r.value,
+                        tuple(r.headers),
+                        r.timestamp,
+                        batch.producer_id,
+                    )
                     for r in batch
                 ]
                 if batch.is_transactional:

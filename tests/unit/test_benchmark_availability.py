@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.availability import _allowed
 from benchmarks.availability_owners import moved_tasks, replay, worker_timeline
+from benchmarks.availability_scenarios import FULL
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
 
@@ -64,7 +65,7 @@ def test_a_killed_owners_tasks_move_to_their_standbys_and_the_rest_stay() -> Non
     move = moves["0_2"]
     assert (move.before, move.after, move.had, move.restored) == ("w2", "w1", "standby", 0)
     assert move.handover_seconds == pytest.approx(23.0 - 14.0)  # from the kill
-    assert _allowed(move) == pytest.approx(9.5)
+    assert _allowed(move, FULL) == pytest.approx(FULL.commit_interval_ms / 1000 + 1.0)
 
 
 def test_a_cooperative_move_is_handed_over_in_the_follow_up_round() -> None:
@@ -143,3 +144,20 @@ def test_rounds_end_at_the_assignment_and_a_new_run_starts_afresh() -> None:
     ]
     assert worker_timeline("a", follow_up, []).rounds == [(T0, T0 + 3.0), (T0 + 3.1, T0 + 6.0)]
     assert worker_timeline("b", restarted, []).rounds == [(T0 + 5.0, T0 + 9.0)]
+
+
+def test_a_task_handed_over_in_one_round_moves_when_its_new_owner_takes_it_over() -> None:
+    w1 = [applied(0.0, ["0_0", "0_1"]), applied(5.0, ["0_0"], standby=["0_1"])]
+    w2 = [
+        applied(0.0, [], standby=["0_1"]),
+        applied(5.1, [], standby=["0_1"]),  # holds it until w1's release is read
+        line(5.4, "handover.taken_over", task_id="0_1", role="standby"),
+    ]
+    timelines = {"w1": worker_timeline("w1", w1, []), "w2": worker_timeline("w2", w2, [])}
+
+    moves = moved_tasks(replay(timelines), timelines, T0 + 4.0, T0 + 10.0)
+
+    assert set(moves) == {"0_1"}
+    move = moves["0_1"]
+    assert (move.before, move.after, move.had) == ("w1", "w2", "standby")
+    assert move.handover_seconds == pytest.approx(0.4)  # from w1's release to the takeover

@@ -110,7 +110,7 @@ def summarise(
                 w.earlier_processed + m.total("worker_processed_records_total"),
                 m.total("worker_tasks", kind="active"),
                 m.total("worker_tasks", kind="standby"),
-                m.total("worker_commits_total"),
+                m.total("worker_commits_total", result="committed"),
                 m.total("worker_restored_records_total"),
                 m.total("worker_rebalances_total"),
                 notes,

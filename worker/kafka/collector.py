@@ -190,6 +190,21 @@ class RecordCollector:
             except (BufferError, ck.KafkaException):
                 self._produce(self._changelogs, topic, key, value, partition, stamp, None, callback)
 
+    def send_marker(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        headers: list[tuple[str, bytes]],
+        timestamp: int = 0,
+    ) -> None:
+        """Write a tombstone with headers to a changelog partition after the store's
+        changes (a release marker, worker/state/release_marker.py); acknowledged like them.
+        ``timestamp`` 0: the producer's clock."""
+        self._produce(
+            self._changelogs, topic, key, None, partition, timestamp, headers, self._changelog_cb
+        )
+
     def _produce(
         self,
         producer: Producer,

@@ -17,6 +17,7 @@ import kafka.errors as kerrors
 
 from worker.errors import (
     FatalError,
+    GenerationMoved,
     KafkaUnavailable,
     ProduceFailed,
     ProducerFenced,
@@ -41,6 +42,16 @@ _RECORD_ERRORS = frozenset(
 )
 _FENCED = frozenset(
     {ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED, ck.KafkaError.INVALID_PRODUCER_EPOCH}
+)
+# TxnOffsetCommit refused because the generation it names is no longer the group's
+# (Kafka's coordinator: ILLEGAL_GENERATION once the join phase ended, REBALANCE_IN_PROGRESS
+# while completing it, UNKNOWN_MEMBER_ID when the member was removed).
+_GENERATION_MOVED = frozenset(
+    {
+        ck.KafkaError.ILLEGAL_GENERATION,
+        ck.KafkaError.REBALANCE_IN_PROGRESS,
+        ck.KafkaError.UNKNOWN_MEMBER_ID,
+    }
 )
 # kafka-python: the group went on without this member.
 _MIGRATED = (
@@ -103,6 +114,8 @@ def transaction_error(exc: BaseException, what: str) -> TransactionAborted:
         return ProducerFenced(f"{what}: {exc}")
     if error.fatal() or error.code() in _FENCED:
         return ProducerFenced(f"{what}: {error}")
+    if error.code() in _GENERATION_MOVED:
+        return GenerationMoved(f"{what}: {error}")
     return TransactionAborted(f"{what}: {error}")
 
 

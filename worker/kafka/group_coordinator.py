@@ -71,6 +71,15 @@ def request_rejoin(consumer: KafkaConsumer) -> None:
     consumer._coordinator.request_rejoin()
 
 
+def cancel_follow_up(consumer: KafkaConsumer) -> None:
+    """Drop the rejoin kafka-python asked for when its partitions were revoked (KIP-429's
+    follow-up round), once the runtime handed the revoked tasks over without one. A
+    rebalance the group itself started is learnt again from the next heartbeat."""
+    coordinator = consumer._coordinator
+    with coordinator._lock:
+        coordinator.rejoin_needed = False
+
+
 def generation_lost(consumer: KafkaConsumer) -> bool:
     """True when the broker removed this member from its generation (heartbeat answered
     UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION): whatever it owned may be someone else's."""

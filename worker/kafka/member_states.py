@@ -29,7 +29,7 @@ ALLOWED: dict[MemberState, frozenset[MemberState]] = {
     _M.UNJOINED: frozenset({_M.JOINING, _M.LEFT}),
     _M.JOINING: frozenset({_M.SYNCING, _M.STABLE, _M.REVOKING, _M.UNJOINED, _M.LEFT}),
     _M.SYNCING: frozenset({_M.STABLE, _M.REVOKING, _M.JOINING, _M.UNJOINED, _M.LEFT}),
-    _M.REVOKING: frozenset({_M.JOINING, _M.UNJOINED, _M.LEFT}),
+    _M.REVOKING: frozenset({_M.JOINING, _M.STABLE, _M.UNJOINED, _M.LEFT}),
     _M.STABLE: frozenset({_M.JOINING, _M.UNJOINED, _M.LEFT}),
     _M.LEFT: frozenset(),
 }
@@ -41,7 +41,9 @@ class Assigned:
 
     ``revoked``: the actives this member owned and no longer does. The runtime commits
     and hands them over (recycled into a standby where the assignment keeps one, else
-    closed) while handling this message; the member joins again at its next ``poll``.
+    closed) while handling this message; the member joins again at its next ``poll``
+    (the follow-up round) unless the runtime released every one of them in its
+    changelog (``GroupMember.handed_over``).
     """
 
     assignment: Assignment

@@ -10,19 +10,33 @@ Off the processing path. The member never blocks its caller for a rebalance: a j
 (:func:`group_coordinator.start_join`), and :meth:`GroupMember.poll` only looks at how it
 is going and returns what came of it as messages (:class:`Assigned`, :class:`Lost`). The
 processing loop applies them between batches, so records keep flowing, restores and
-standbys keep reading and HTTP keeps answering while the group rebalances. Only commits
-wait: they need a settled generation (:attr:`GroupMember.can_commit`).
+standbys keep reading and HTTP keeps answering while the group rebalances.
+
+Commits through a rebalance. A transactional offset commit is fenced by the generation
+it names, never by the group's state: Kafka's coordinator (``ClassicGroup
+.validateOffsetCommit``, and ``GroupCoordinator.validateOffsetCommit`` before it) checks
+only that the member is in the group and that the generation is the group's current one
+(plain offset commits are refused while the group completes a rebalance; transactional
+ones are not). Whenever the member holds a generation it therefore names the newest it
+knows (:attr:`GroupMember.commit_generation`): the one it was in while its JoinGroup
+waits for the others, the new one from the JoinGroup answer while the assignment is
+synced. Its tasks stay its own through both phases (cooperative: the leader moves no
+task out of a generation in which its owner still holds it). A commit that races the
+JoinGroup answer names the generation just ended and is refused (``ILLEGAL_GENERATION``):
+under exactly-once its transaction aborts and the running tasks are revived
+(docs/platform-notes.md). The test broker checks no generation at all.
 
 Cooperative rebalancing (KIP-429). The assignor declares the cooperative protocol, the
-subscription carries the tasks this member owns, and the leader never gives a task to a
-new owner in the generation in which another member still owns it. A member therefore
-keeps every task the new assignment leaves it without a pause; for the actives it lost it
-first commits and hands them over (the runtime does that while handling
-:class:`Assigned`), then joins once more (the follow-up round) so that their new owners
-get them. The member's lifecycle is an explicit state machine::
+subscription carries the tasks this member owns, and the leader never makes a task
+active on a new owner in the generation in which another member still owns it. A member
+therefore keeps every task the new assignment leaves it without a pause; the actives it
+lost it commits and hands over while handling :class:`Assigned`. Their new owners hold
+them as standbys until they read the release (worker/tasks/handover.py), so no further
+round is needed (:meth:`GroupMember.handed_over`); a task that cannot be released that
+way needs one more join (the follow-up round). The lifecycle, an explicit state machine::
 
     UNJOINED -> JOINING -> SYNCING -> STABLE <-> JOINING ...
-                              |  \\-> REVOKING -> JOINING (follow-up round)
+                              |  \\-> REVOKING -> JOINING (follow-up round) or STABLE
     (any) -> LEFT;  JOINING/SYNCING/REVOKING/STABLE -> UNJOINED when the group dropped us
 
 Asking for a rebalance (:meth:`GroupMember.request_rebalance`, KIP-441's probing
@@ -190,10 +204,19 @@ class GroupMember:
         )
 
     @property
+    def commit_generation(self) -> tuple[int, str] | None:
+        """The (generation, member id) a commit names now: the newest generation the
+        member knows, joining and syncing included (module doc); None while it holds none
+        (before its first JoinGroup answer, dropped, or left)."""
+        if self._fsm.state in (MemberState.UNJOINED, MemberState.LEFT):
+            return None
+        generation, member_id = self._group_metadata()
+        return (generation, member_id) if generation >= 0 and member_id else None
+
+    @property
     def can_commit(self) -> bool:
-        """Whether a commit fenced by the generation can be made now: the member holds the
-        assignment of its current generation (stable, or handing over revoked tasks)."""
-        return self._fsm.state in (MemberState.STABLE, MemberState.REVOKING)
+        """Whether a commit fenced by the generation can be made now (:attr:`commit_generation`)."""
+        return self.commit_generation is not None
 
     @property
     def rebalancing(self) -> bool:
@@ -304,6 +327,15 @@ class GroupMember:
         self._join = group_coordinator.start_join(consumer)
         self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
 
+    def handed_over(self) -> None:
+        """The runtime released every revoked task in its changelog (worker/tasks/
+        handover.py): their new owners hold them already, no follow-up round is needed.
+        Only while revoking; otherwise a no-op."""
+        if self._fsm.state is not MemberState.REVOKING or self._consumer is None:
+            return
+        group_coordinator.cancel_follow_up(self._consumer)
+        self._transition(MemberState.STABLE, reason="handed over in this round")
+
     def request_rebalance(self, reason: str) -> None:
         """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the
         probing time came); carried out by a coming ``poll``.
@@ -327,14 +359,14 @@ class GroupMember:
         """Synchronously commit next-offsets-to-consume, each with its ``metadata`` string
         (the task's stream time), fenced by the current generation.
 
-        Raises RebalanceInProgress while the group rebalances (retry once stable; every
-        task is still ours), TaskMigrated when the group went on without this member, and
+        Raises RebalanceInProgress while the group rebalances (kafka-python's commit
+        needs a settled generation; retry then, every task is still ours), TaskMigrated when the group went on without this member, and
         KafkaUnavailable on timeouts or no coordinator.
         """
         if not offsets:
             return
         consumer = self._require()
-        if not self.can_commit:
+        if self._fsm.state not in (MemberState.STABLE, MemberState.REVOKING):
             raise RebalanceInProgress(f"the group member is {self._fsm.state.value}")
         notes = metadata or {}
         request = {

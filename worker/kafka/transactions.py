@@ -17,7 +17,7 @@ import contextlib
 import ctypes
 import enum
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +25,14 @@ import confluent_kafka as ck
 
 from worker.assignment.task_id import TP
 from worker.config import Settings
-from worker.errors import FatalError, ProducerFenced, TransactionAborted, WorkerError
+from worker.errors import (
+    FatalError,
+    GenerationMoved,
+    ProducerFenced,
+    RebalanceInProgress,
+    TransactionAborted,
+    WorkerError,
+)
 from worker.kafka.collector import Deliveries, RecordCollector, producer_config
 from worker.kafka.error_classifier import abort_can_be_retried, kafka_error, transaction_error
 from worker.lifecycle import StateMachine
@@ -225,7 +232,7 @@ class TransactionalProducer:
     def commit(
         self,
         offsets: Mapping[TP, int],
-        group_metadata: bytes,
+        group_metadata: Callable[[], bytes],
         metadata: Mapping[TP, str] | None = None,
     ) -> None:
         """Commit everything produced since the last commit together with ``offsets``
@@ -233,8 +240,13 @@ class TransactionalProducer:
 
         1. open the transaction if no record did;
         2. flush, and check that every record was acknowledged;
-        3. add the source offsets with the member's group metadata;
+        3. add the source offsets with the member's group metadata, taken only now, so
+           that it names the newest generation the member knows (a generation that
+           ended during the flush would have the offsets refused);
         4. commit the transaction.
+
+        ``group_metadata`` raising RebalanceInProgress (the member holds no generation
+        any more) aborts the transaction and raises GenerationMoved.
         """
         if not offsets and self._fsm.state is not TxnState.IN_TRANSACTION:
             return
@@ -247,8 +259,14 @@ class TransactionalProducer:
                     ck.TopicPartition(t, p, o, notes.get((t, p), ""))
                     for (t, p), o in sorted(offsets.items())
                 ]
-                self._producer.send_offsets_to_transaction(positions, group_metadata, self._timeout)
+                self._producer.send_offsets_to_transaction(
+                    positions, group_metadata(), self._timeout
+                )
             self._producer.commit_transaction(self._timeout)
+        except RebalanceInProgress as exc:
+            moved = GenerationMoved(f"commit: {exc}")
+            self.abort(moved)
+            raise moved from exc
         except ck.KafkaException as exc:
             failure = transaction_error(exc, "commit")
             self.abort(failure)

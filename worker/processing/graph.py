@@ -21,15 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from worker.errors import TopologyError
-from worker.processing.context import (
-    KeyValueStore,
-    Node,
-    ProcessorContext,
-    RawStore,
-    Record,
-    RecordSink,
-)
+from worker.processing.context import Node, ProcessorContext, Record, RecordSink
 from worker.processing.handlers import BadRecord, RecordErrorHandler
+from worker.processing.store_views import KeyValueStore, RawStore
 from worker.processing.timestamps import (
     NEGATIVE,
     InvalidTimestamp,

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
+from worker.processing.aggregations import WindowedAggregation
 from worker.processing.windows import (
     SessionWindows,
     SlidingWindows,
     TimeWindows,
+    Windows,
     hopping,
     session,
 )
@@ -248,6 +250,47 @@ class Topology:
         if not name or name in self._stores or name in self._order:
             raise TopologyError(f"name {name!r} is empty or already used")
         self._stores[name] = StoreSpec(name, key_serde, value_serde, windows=windows)
+        return self
+
+    def add_windowed_aggregation(
+        self,
+        name: str,
+        parents: Sequence[str],
+        windows: Windows,
+        *,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any] | None = None,
+        emit: str,
+        key_serde: Serde,
+        value_serde: Serde,
+    ) -> Topology:
+        """Aggregate the records of ``parents`` per key and window (docs/windows.md §2):
+        ``aggregator(key, value, aggregate)`` folds a record into a window's aggregate,
+        which starts as ``initializer()``; sessions merge with ``merger(key, a, b)``.
+        Children receive ``Windowed(key, start_ms, end_ms)`` keys and aggregates: on every
+        update (``emit="update"``) or once per window when it closes (``"final"``).
+        Creates the processor ``name`` and its windowed store ``name`` (serdes of the
+        input key and of the aggregate).
+
+        Raises:
+            TopologyError: a bad emit mode, a function that is not callable, a merger
+                missing for sessions or given for other windows, a taken name.
+        """
+        operator = WindowedAggregation(
+            name, windows, initializer, aggregator, merger, emit, key_serde, value_serde
+        )
+        self._check_parents(name, parents)
+        if not name or name in self._stores:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        self._claim(name)
+        self._stores[name] = StoreSpec(
+            name, key_serde, value_serde, windows=windows, hold_until_emitted=operator.final
+        )
+        init = operator.init if operator.final else None
+        self._processors[name] = ProcessorNode(
+            name, operator.process, tuple(parents), (name,), init
+        )
         return self
 
     def add_processor(

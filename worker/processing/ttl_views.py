@@ -1,6 +1,6 @@
 """The view of a store with a TTL: keys expire in the task's stream time.
 
-A plain :class:`~worker.processing.context.KeyValueStore` reads through the store's
+A plain :class:`~worker.processing.store_views.KeyValueStore` reads through the store's
 inline read path; a TTL store's values carry their expiry and must be filtered on every
 read, so its view calls the store's time-aware methods instead (``TtlStore`` in
 ``worker/state/ttl_store.py``), passing the task's clock: reads and scans at
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from worker.processing.context import KeyValueStore, RawStore
+from worker.processing.store_views import KeyValueStore, RawStore
 from worker.processing.view_scans import RawScan
 from worker.serde import Serde
 

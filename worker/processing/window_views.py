@@ -123,6 +123,11 @@ class _WindowedView(Generic[_Raw]):
         """The store's observed time: the largest write time so far (-1 before any)."""
         return self._raw.observed_ms
 
+    @property
+    def raw(self) -> _Raw:
+        """The byte-level store, for operators built on it (the windowed aggregations)."""
+        return self._raw
+
 
 class WindowStoreView(_WindowedView[RawWindowStore]):
     """Tumbling or hopping windows of one store, by key and window start."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from worker.config import Settings
+from worker.errors import RebalanceInProgress
 from worker.kafka.collector import RecordCollector, at_least_once_collector
 from worker.kafka.transactions import exactly_once_collector, group_metadata
 from worker.observability import Metrics
@@ -45,11 +46,12 @@ def choose_guarantee(settings: Settings, process_id: str, metrics: Metrics) -> G
 
         def exactly_once(member: GroupMemberView) -> CommitProtocol:
             def metadata() -> bytes:
+                held = member.commit_generation
+                if held is None:
+                    raise RebalanceInProgress("the member holds no generation to commit in")
+                generation, member_id = held
                 return group_metadata(
-                    settings.application_id,
-                    member.generation,
-                    member.member_id,
-                    settings.group_instance_id,
+                    settings.application_id, generation, member_id, settings.group_instance_id
                 )
 
             return ExactlyOnceCommit(collector, transaction, metadata)

@@ -75,6 +75,7 @@ class ProcessingLoop:
         consuming = bool(self._consumer.assigned) and not self.backpressure
         if reading:
             tasks.restore_step(timeout=0.0 if consuming else poll_s)
+            self._parts.manager.check_releases(self._member.generation)
         if consuming:
             messages = self._consumer.consume(CONSUME_BATCH, 0.0 if tasks.restoring() else poll_s)
             if messages:

@@ -35,6 +35,7 @@ from worker.runtime.status import (
     task_status,
     worker_lifecycle,
 )
+from worker.tasks.handover import awaiting_of
 from worker.tasks.state import TaskRole
 
 
@@ -253,7 +254,11 @@ class Worker:
                 continue
             assignment = event.assignment
             self._routing = self._routing.with_assignment(assignment)  # published by on_change
-            rt.parts.manager.on_assigned(assignment)
+            incoming = awaiting_of(
+                assignment.pending_moves, assignment.standby, rt.state_dir.process_id
+            )
+            if rt.parts.manager.on_assigned(assignment, frozenset(incoming)):
+                rt.member.handed_over()
             rt.loop.probes.on_assignment(assignment)
             self._assigned = True
             self._remember_member_id(rt)
@@ -271,12 +276,16 @@ class Worker:
         rt = self._rt
         assert rt is not None, "the member joins only while running"
         manager = rt.parts.manager
+        # A task awaiting its old owner's release counts as this instance's own: the
+        # leader leaves it here, and gives it outright should the release never come.
+        incoming = manager.awaiting_release()
         return Subscription(
             process_id=rt.state_dir.process_id,
             endpoint=self._routing.endpoint,
             task_offset_sums=manager.offset_sums(),
-            prev_active=manager.tasks_by_role(TaskRole.ACTIVE),
+            prev_active=manager.tasks_by_role(TaskRole.ACTIVE) | incoming,
             prev_standby=manager.tasks_by_role(
                 TaskRole.STANDBY, TaskRole.WARMUP, TaskRole.INITIAL_STANDBY
-            ),
+            )
+            - incoming,
         )

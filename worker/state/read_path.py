@@ -1,6 +1,6 @@
 """What a store's read does, as three calls a caller can make inline.
 
-The typed store views (``worker.processing.context.KeyValueStore``) read on every record;
+The typed store views (``worker.processing.store_views.KeyValueStore``) read on every record;
 calling ``Store.get`` would add a Python call per read, so a store hands them its
 :class:`ReadPath` and they make the three calls themselves.
 """

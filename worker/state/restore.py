@@ -17,6 +17,12 @@ task that blocks processing gets the whole fetch budget.
 
 The processing loop drives it with ``step()``; each call does a bounded amount of work so
 group heartbeats and commits of running tasks continue while other tasks restore.
+
+Release markers (:mod:`worker.state.release_marker`) are tombstones, applied like any
+other; the reader also keeps each one it reads for :meth:`ChangelogReader.take_markers`.
+Stream-time markers (:mod:`worker.state.stream_time_marker`) are tombstones too, but never
+applied: the stream time they carry goes into the store's offsets family with the batch,
+so a standby or a restored task resumes with it. Only tombstones' keys are compared.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from worker.events import RESTORE_DONE, RESTORE_START, STANDBY_START
 from worker.kafka.consumers import RestoreConsumer
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
+from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.state.store import RestoreBatch, Store
+from worker.state.stream_time_marker import STREAM_TIME_KEY, stream_time_of
 
 
 class Restorable(Protocol):
@@ -108,6 +116,11 @@ class _Run:
     put: Callable[[bytes, bytes], None]
     delete: Callable[[bytes], None]
     last: int = -1  # offset of the run's last message, null keys included
+    stream_time: int = -1  # the latest stream-time marker's (-1: none in this run)
+
+    def mark_stream_time(self, headers: Any) -> None:
+        """A stream-time marker's ``headers``: its time goes with the run's batch."""
+        self.stream_time = max(self.stream_time, stream_time_of(headers))
 
 
 def _ignore(*_args: Any) -> None:
@@ -139,6 +152,7 @@ class ChangelogReader(Generic[T]):
         self._changelogs: dict[TP, _Changelog] = {}
         self._tasks: dict[TaskId, _Registration[T]] = {}
         self._standbys_paused = False
+        self._markers: list[tuple[TP, ReleaseMarker]] = []
         self._log = get_logger(component="changelog_reader")
 
     def register(self, task: T, standby: bool = False) -> None:
@@ -197,6 +211,11 @@ class ChangelogReader(Generic[T]):
         self._publish_lags()
         return self._finish_completed()
 
+    def take_markers(self) -> list[tuple[TP, ReleaseMarker]]:
+        """The release markers read since the last call, with their changelog partitions."""
+        markers, self._markers = self._markers, []
+        return markers
+
     def lag(self, task_id: TaskId) -> int | None:
         """Records a registered task's stores are behind their changelogs; None if unknown."""
         entry = self._tasks.get(task_id)
@@ -240,7 +259,7 @@ class ChangelogReader(Generic[T]):
         run: _Run | None = None
         topic: str | None = None
         partition = -1
-        put = delete = _ignore
+        put = delete = mark = _ignore
         last: Any = None
         for msg in messages:
             if msg.partition() != partition or msg.topic() != topic:
@@ -250,20 +269,30 @@ class ChangelogReader(Generic[T]):
                 run = runs.get((topic, partition))
                 if run is None:
                     run = runs[(topic, partition)] = self._run_for((topic, partition))
-                put, delete = run.put, run.delete
+                put, delete, mark = run.put, run.delete, run.mark_stream_time
             last = msg
             key = msg.key()
             if key is not None:
                 value = msg.value()
                 if value is None:
+                    if key == STREAM_TIME_KEY:
+                        mark(msg.headers())
+                        continue
                     delete(key)
+                    if key == RELEASE_KEY:
+                        self._keep_marker(msg)
                 else:
                     put(key, value)
         if run is not None:
             run.last = last.offset()
         for tp, run in runs.items():
             if run.changelog is not None and run.batch is not None:
-                self._write(tp, run.changelog, run.batch, run.last)
+                self._write(tp, run, run.changelog, run.batch)
+
+    def _keep_marker(self, msg: Any) -> None:
+        marker = ReleaseMarker.from_headers(msg.headers())
+        if marker is not None:
+            self._markers.append(((msg.topic(), msg.partition()), marker))
 
     def _run_for(self, tp: TP) -> _Run:
         changelog = self._changelogs.get(tp)
@@ -272,9 +301,9 @@ class ChangelogReader(Generic[T]):
         batch = changelog.store.restore_batch()
         return _Run(changelog, batch, batch.put, batch.delete)
 
-    def _write(self, tp: TP, changelog: _Changelog, batch: RestoreBatch, last: int) -> None:
-        applied = batch.len()
-        changelog.store.write_restored(batch, {tp: last})
+    def _write(self, tp: TP, run: _Run, changelog: _Changelog, batch: RestoreBatch) -> None:
+        applied, last = batch.len(), run.last
+        changelog.store.write_restored(batch, {tp: last}, run.stream_time)
         changelog.applied_records(last, applied)
         counter = (
             self._metrics.standby_updated_records

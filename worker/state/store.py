@@ -279,9 +279,15 @@ class Store(Scannable):
         """
         return rocksdict.WriteBatch(raw_mode=True)  # type: ignore[no-any-return]
 
-    def write_restored(self, batch: RestoreBatch, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write_restored(
+        self,
+        batch: RestoreBatch,
+        offsets: Mapping[tuple[str, int], int],
+        stream_time: int = -1,
+    ) -> None:
         """Write one batch of changelog records (from :meth:`restore_batch`) with their new
-        offsets, in one atomic RocksDB write.
+        offsets and the task's ``stream_time`` (a stream-time marker's, when the batch
+        read one: worker/state/stream_time_marker.py), in one atomic RocksDB write.
 
         Written with the WAL on like a commit, so restore progress survives a process
         crash batch by batch: a restart resumes after the last batch written instead of at
@@ -297,6 +303,8 @@ class Store(Scannable):
                 f"store {self.path}: {len(self._buffer)} uncommitted writes buffered during restore"
             )
         changed = self._changed(offsets)
+        if stream_time > self._offsets.get(STREAM_TIME, -1):
+            changed[STREAM_TIME] = stream_time
         if batch.is_empty() and not changed:
             return
         writes = cast(rocksdict.WriteBatch, batch)

@@ -198,11 +198,16 @@ class TtlStore(Store):
     def restore_batch(self) -> RestoreBatch:
         return IndexingBatch(self, super().restore_batch())
 
-    def write_restored(self, batch: RestoreBatch, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write_restored(
+        self,
+        batch: RestoreBatch,
+        offsets: Mapping[tuple[str, int], int],
+        stream_time: int = -1,
+    ) -> None:
         if isinstance(batch, IndexingBatch):
             self.stream_time_ms = max(self.stream_time_ms, batch.newest_write_ms)
             batch = batch.writes
-        super().write_restored(batch, offsets)
+        super().write_restored(batch, offsets, stream_time)
 
     def get_committed(self, key: bytes) -> bytes | None:
         if key.startswith(_USER_KEYS):

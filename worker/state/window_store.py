@@ -105,6 +105,10 @@ class WindowEvents(Protocol):
 
     def restore_skipped(self, records: int) -> None: ...
 
+    def late_record(self) -> None:
+        """The store's windowed aggregation dropped a record as late."""
+        ...
+
 
 class _NoEvents:
     def expiry_range(self) -> None:
@@ -114,6 +118,9 @@ class _NoEvents:
         return None
 
     def restore_skipped(self, records: int) -> None:
+        return None
+
+    def late_record(self) -> None:
         return None
 
 
@@ -169,6 +176,7 @@ class WindowedStore(Store):
     dropped_writes: int  # writes to expired windows, dropped (for metrics and tests)
     restore_skipped: int  # restored records past the cutoff, not written
     expiry_ranges: int  # range deletes buffered
+    _step_ms: int  # layout.interval_ms
     events: WindowEvents
 
     @classmethod
@@ -187,6 +195,7 @@ class WindowedStore(Store):
         """
         store = cast(Self, cls.open(path, env, name))
         store.layout = layout
+        store._step_ms = layout.interval_ms
         store.events = _NoEvents() if events is None else events
         store.dropped_writes = store.restore_skipped = store.expiry_ranges = 0
         store._load_progress()
@@ -236,10 +245,14 @@ class WindowedStore(Store):
 
     def _expire(self) -> None:
         layout = self.layout
+        cutoff = self._cutoff(self.observed_ms, self.last_emitted_close)
+        step = self._step_ms
+        if cutoff // step * step <= self.expired_upto:
+            return  # no whole step gained: plan_expiry's test, inline (it runs per advance)
         plan = plan_expiry(
-            self._cutoff(self.observed_ms, self.last_emitted_close),
+            cutoff,
             self.expired_upto,
-            layout.interval_ms,
+            step,
             segmented=layout.segmented,
         )
         if plan is None:
@@ -262,7 +275,12 @@ class WindowedStore(Store):
         """A batch that gathers the fetched records (see :meth:`write_restored`)."""
         return _Gathered()
 
-    def write_restored(self, batch: RestoreBatch, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write_restored(
+        self,
+        batch: RestoreBatch,
+        offsets: Mapping[tuple[str, int], int],
+        stream_time: int = -1,
+    ) -> None:
         """Write one fetched batch, skipping what has expired, in one atomic write.
 
         Steps: 1. the observed time and emit progress advance to the largest the batch
@@ -272,7 +290,7 @@ class WindowedStore(Store):
         one write with the offsets (``Store.write_restored``); 5. the progress is kept.
         """
         if not isinstance(batch, _Gathered):
-            super().write_restored(batch, offsets)
+            super().write_restored(batch, offsets, stream_time)
             return
         observed, emitted = self.observed_ms, self.last_emitted_close
         for key, value in batch.records:
@@ -301,7 +319,7 @@ class WindowedStore(Store):
                 skipped += 1
             else:
                 out.put(key, value)
-        super().write_restored(out, offsets)
+        super().write_restored(out, offsets, stream_time)
         self.observed_ms, self.last_emitted_close = observed, emitted
         if plan is not None:
             self.expired_upto = plan.expired_upto

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from worker.assignment.task_id import TP
 from worker.errors import (
+    GenerationMoved,
     KafkaUnavailable,
     ProduceFailed,
     ProducerFenced,
@@ -24,7 +25,11 @@ from worker.errors import (
 )
 from worker.kafka.collector import RecordCollector
 from worker.kafka.transactions import TransactionalProducer
+from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.tasks.task import Task
+
+# Release markers to write with a commit: the changelog partitions and what they say.
+Releases = Sequence[tuple[Sequence[TP], ReleaseMarker]]
 
 
 class CommitFailed(WorkerError):
@@ -52,9 +57,13 @@ class GroupOffsets(Protocol):
 
 
 class CommitProtocol(Protocol):
-    """One guarantee's commit over the running active tasks, and how to drop uncommitted work."""
+    """One guarantee's commit over the running active tasks, and how to drop uncommitted work.
 
-    def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]: ...
+    ``releases`` are written after every task's changelog records and become readable
+    only with the rest of the commit (worker/tasks/handover.py).
+    """
+
+    def __call__(self, tasks: Sequence[Task], releases: Releases = ()) -> dict[TP, int]: ...
 
     def abort(self) -> bool:
         """Drop what was sent since the last commit, where the guarantee can.
@@ -63,6 +72,13 @@ class CommitProtocol(Protocol):
         every one of them must be revived), False when nothing could be unsent.
         """
         ...
+
+
+def _send_releases(collector: RecordCollector, releases: Releases) -> None:
+    for changelogs, marker in releases:
+        headers = marker.headers()
+        for topic, partition in changelogs:
+            collector.send_marker(topic, partition, RELEASE_KEY, headers)
 
 
 def _source_offsets(tasks: Sequence[Task]) -> tuple[dict[TP, int], dict[TP, str]]:
@@ -83,13 +99,15 @@ class AtLeastOnceCommit:
 
     1. produce every running task's buffered store changes to its changelogs;
     2. flush the producer: every changelog and output record acknowledged;
-    3. write each store's buffer with its acked changelog offset in one batch;
-    4. commit the source offsets, with each task's stream time as their metadata,
+    3. only then the release markers, flushed too: a marker is never readable before
+       what it follows is safe;
+    4. write each store's buffer with its acked changelog offset in one batch;
+    5. commit the source offsets, with each task's stream time as their metadata,
        through the group member (fenced by generation); when
        the group has just begun rebalancing they stay pending for the next commit.
 
-    A crash before 3 leaves the stores at the previous commit (the changelog tail is
-    restored on restart); a crash between 3 and 4 reprocesses some input (at least once).
+    A crash before 4 leaves the stores at the previous commit (the changelog tail is
+    restored on restart); a crash between 4 and 5 reprocesses some input (at least once).
     """
 
     def __init__(
@@ -99,11 +117,14 @@ class AtLeastOnceCommit:
         self._group_offsets = group_offsets
         self._timeout = timeout
 
-    def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
+    def __call__(self, tasks: Sequence[Task], releases: Releases = ()) -> dict[TP, int]:
         for task in tasks:
             task.produce_changelogs()
         try:
             self._collector.flush(self._timeout)
+            if releases:
+                _send_releases(self._collector, releases)
+                self._collector.flush(self._timeout)
         except ProduceFailed as exc:
             raise CommitFailed("produce_failed", str(exc)) from exc
         for task in tasks:
@@ -128,15 +149,20 @@ class AtLeastOnceCommit:
 class ExactlyOnceCommit:
     """exactly_once_v2, in order:
 
-    1. produce every running task's buffered store changes to its changelogs (inside the
-       transaction the first record of this commit opened, with the outputs);
-    2. commit the transaction with the source offsets (each task's stream time as their
-       metadata) and the member's group metadata;
-    3. only then write each store's buffer with its changelog offset in one batch.
+    1. check that the member holds a generation to commit in (else RebalanceInProgress,
+       before anything is sent: the commit waits, the transaction stays open);
+    2. produce every running task's buffered store changes to its changelogs (inside the
+       transaction the first record of this commit opened, with the outputs), then the
+       release markers;
+    3. commit the transaction with the source offsets (each task's stream time as their
+       metadata) and the member's group metadata, read after the flush so that it names
+       the newest generation; a group whose generation moved on meanwhile refuses the
+       offsets and the transaction aborts (``generation_moved``);
+    4. only then write each store's buffer with its changelog offset in one batch.
 
-    A crash before 2 aborts the transaction (the next ``init_transactions`` of this
+    A crash before 3 aborts the transaction (the next ``init_transactions`` of this
     transactional.id does it): stores and Kafka both stay at the previous commit. A crash
-    between 2 and 3 leaves the stores one commit behind, and restoring the changelog tail
+    between 3 and 4 leaves the stores one commit behind, and restoring the changelog tail
     from the stored offset (read_committed) repairs it. Nothing is ever wiped.
     """
 
@@ -150,14 +176,18 @@ class ExactlyOnceCommit:
         self._transaction = transaction
         self._group_metadata = group_metadata
 
-    def __call__(self, tasks: Sequence[Task]) -> dict[TP, int]:
+    def __call__(self, tasks: Sequence[Task], releases: Releases = ()) -> dict[TP, int]:
+        self._group_metadata()
         for task in tasks:
             task.produce_changelogs()
+        _send_releases(self._collector, releases)
         offsets, metadata = _source_offsets(tasks)
         try:
-            self._transaction.commit(offsets, self._group_metadata(), metadata)
+            self._transaction.commit(offsets, self._group_metadata, metadata)
         except ProducerFenced as exc:
             raise CommitFailed("fenced", str(exc)) from exc
+        except GenerationMoved as exc:
+            raise CommitFailed("generation_moved", str(exc)) from exc
         except TransactionAborted as exc:
             raise CommitFailed("transaction_failed", str(exc)) from exc
         for task in tasks:
@@ -174,7 +204,6 @@ class GroupMemberView(GroupOffsets, Protocol):
     """What exactly-once also needs of the member: the generation that fences commits."""
 
     @property
-    def generation(self) -> int: ...
-
-    @property
-    def member_id(self) -> str: ...
+    def commit_generation(self) -> tuple[int, str] | None:
+        """(generation, member id) a commit names now; None while none can be made."""
+        ...

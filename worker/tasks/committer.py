@@ -7,8 +7,9 @@ revives tasks and keeps the ``.checkpoint`` files in step with it.
 
 from __future__ import annotations
 
+from worker.errors import RebalanceInProgress
 from worker.observability import get_logger
-from worker.tasks.commit_protocols import CommitFailed, CommitProtocol
+from worker.tasks.commit_protocols import CommitFailed, CommitProtocol, Releases
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
 
@@ -21,32 +22,44 @@ class TaskCommitter:
         self._protocol = protocol
         self._log = get_logger(component="committer")
 
-    def commit(self) -> bool:
+    def commit(self, releases: Releases = ()) -> bool:
         """Commit every running active task with the guarantee's protocol (tasks/commit_protocols.py),
         then rewrite the ``.checkpoint`` files whose interval has passed.
 
         A commit that cannot complete drops the uncommitted work of every running task
-        and revives them from their last committed state (a log line and
-        ``worker_task_revivals_total``); the process keeps going. Returns False when there
-        was nothing to commit or the commit failed. Raises TaskMigrated when the group
+        that had some and revives those from their last committed state (a log line and
+        ``worker_task_revivals_total``); the process keeps going. One the group cannot
+        take yet (it is syncing; nothing was sent) waits for the next. Each outcome is
+        counted in ``worker_commits_total{result}``: committed, deferred, or the
+        failure's reason. Returns False when there was nothing to commit or the commit
+        did not happen. ``releases`` (release markers, worker/tasks/handover.py) go with
+        the commit, even one with nothing else in it. Raises TaskMigrated when the group
         went on without this instance.
         """
         self._checkpoint_standbys()
         running = self._tasks.running_actives()
-        if not any(t.needs_commit() for t in running):
+        pending = [t for t in running if t.needs_commit()]
+        if not releases and not pending:
             return False
         metrics = self._tasks.ctx.metrics
         try:
             with metrics.commit_seconds.time():
-                offsets = self._protocol(running)
+                offsets = self._protocol(running, releases)
+        except RebalanceInProgress as exc:
+            self._log.info("commit.deferred", reason=str(exc))
+            metrics.commits.labels(result="deferred").inc()
+            return False
         except CommitFailed as exc:
             self._log.warning("commit.failed", reason=exc.reason, error=str(exc))
-            self._tasks.revive(running, exc.reason, str(exc))
+            metrics.commits.labels(result=exc.reason).inc()
+            # Only the tasks with work since their last commit lost something; the
+            # others had nothing in it and go on as they are.
+            self._tasks.revive(pending, exc.reason, str(exc))
             return False
         for task in running:
             task.mark_sources_committed(offsets)
             task.maybe_write_checkpoint()
-        metrics.commits.inc()
+        metrics.commits.labels(result="committed").inc()
         return True
 
     def abort(self) -> bool:

@@ -13,11 +13,19 @@ from collections.abc import Callable, Iterable, Mapping
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.errors import TaskCorrupted, TaskMigrated
-from worker.events import ASSIGNMENT_APPLIED, INITIAL_STANDBY_RECYCLED, INITIAL_STANDBYS_OPENED
+from worker.events import (
+    ASSIGNMENT_APPLIED,
+    HANDOVER_RELEASED,
+    HANDOVER_TAKEN_OVER,
+    INITIAL_STANDBY_RECYCLED,
+    INITIAL_STANDBYS_OPENED,
+)
 from worker.observability import get_logger
 from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
+from worker.tasks.commit_protocols import Releases
 from worker.tasks.committer import TaskCommitter
+from worker.tasks.handover import ReleaseWatch, logged_changelogs, release_of
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
@@ -38,6 +46,8 @@ class TaskManager:
         self._ctx = tasks.ctx
         self._committer = committer
         self._high_watermarks = high_watermarks
+        self._watch = ReleaseWatch()
+        self._scanned_generation = -1  # the generation check_releases last scanned in
         self._log = get_logger(component="task_manager")
 
     @property
@@ -47,13 +57,22 @@ class TaskManager:
 
     # -- assignment ------------------------------------------------------------------
 
-    def on_assigned(self, assignment: Assignment) -> None:
+    def on_assigned(
+        self, assignment: Assignment, incoming: frozenset[TaskId] = frozenset()
+    ) -> bool:
         """Apply an assignment (cooperative): a task it leaves in its role is not touched.
 
-        1. Hand over the actives this instance lost: one commit of every running active
-           (under exactly-once they share the open transaction), then stop them. Done
-           while the member still holds the new generation's assignment, before its
-           follow-up join, so their new owners start from what was committed here.
+        ``incoming``: the standbys the assignment moves to this instance, held until
+        their old owners release them (worker/tasks/handover.py). Returns True when every
+        task this instance gave up was released in its changelog, so that no follow-up
+        round is needed; False when one was not (stateless, only tables, or the
+        hand-over commit failed).
+
+        1. Hand over the actives this instance lost, and the incoming tasks it held
+           that now go elsewhere: one commit of every running active (under
+           exactly-once they share the open transaction) with a release marker for
+           each of them, then stop them. Their new owners start from what was
+           committed here.
         2. Close (clean, checkpoint written) the tasks no longer assigned in any role,
            initial standbys included: the cleaner removes their directories later.
         3. Recycle the tasks whose role changed, keeping their open stores: an active
@@ -64,11 +83,25 @@ class TaskManager:
         if self._tasks.first_assignment_at is None:
             self._tasks.first_assignment_at = self._ctx.clock.monotonic()
         roles = _roles(assignment)
+        for task_id in incoming:
+            task = self.tasks.get(task_id)
+            if task is not None and task.is_active:
+                roles[task_id] = TaskRole.ACTIVE  # taken over before this assignment came
         revoked = [
             t for t in self.tasks.values() if t.is_active and roles.get(t.id) is not TaskRole.ACTIVE
         ]
-        if revoked:
-            self._hand_over(revoked)
+        passed_on = [
+            self.tasks[t]
+            for t in self._watch.awaiting
+            if t not in incoming and roles.get(t) is not TaskRole.ACTIVE and t in self.tasks
+        ]
+        for task_id in self._watch.awaiting - incoming:
+            self._watch.forget(task_id)  # active outright now, or no longer ours to wait for
+        released = True
+        if revoked or passed_on:
+            released = self._hand_over(
+                revoked, passed_on, assignment.generation, assignment.pending_moves
+            )
         for task_id in sorted(set(self.tasks) - set(roles)):
             self._tasks.close(task_id, clean=True)
         created: list[Task] = []
@@ -85,6 +118,10 @@ class TaskManager:
         self._check_offsets(created)
         for task in created:
             self._tasks.start(task)
+        for task_id in sorted(incoming):
+            task = self.tasks.get(task_id)
+            if task is not None and not task.is_active and logged_changelogs(task):
+                self._watch.expect(task, assignment.generation)
         self._tasks.publish_kinds()
         self._log.info(
             ASSIGNMENT_APPLIED,
@@ -93,23 +130,45 @@ class TaskManager:
             standby=sorted(map(str, assignment.standby)),
             warmup=sorted(map(str, assignment.warmup)),
             revoked=sorted(str(t.id) for t in revoked),
+            awaiting_release=sorted(map(str, self._watch.awaiting)),
         )
         self._tasks.on_change()
+        return released
 
-    def _hand_over(self, revoked: list[Task]) -> None:
-        """Step 1: commit, then stop the revoked actives (they stay open for step 3)."""
+    def _hand_over(
+        self,
+        revoked: list[Task],
+        passed_on: list[Task],
+        generation: int,
+        moves: Mapping[TaskId, str],
+    ) -> bool:
+        """Step 1: commit with the releases, then stop the revoked actives (they stay open
+        for step 3). True when every one of them was released in its changelog."""
+        releases: Releases = [
+            release_of(t, generation, moves.get(t.id, ""))
+            for t in [*revoked, *passed_on]
+            if logged_changelogs(t)
+        ]
         try:
-            self._committer.commit()
+            committed = self._committer.commit(releases)
         except TaskMigrated as exc:
             # The group went on without us meanwhile: no active of ours is ours any more.
             self._log.warning("revoke.migrated", error=str(exc))
             self.on_lost()
-            return
+            return False
+        all_logged = len(releases) == len(revoked) + len(passed_on)
+        self._log.info(
+            HANDOVER_RELEASED,
+            generation=generation,
+            tasks=sorted(str(t.id) for t in [*revoked, *passed_on] if logged_changelogs(t)),
+            committed=committed,
+        )
         for task in revoked:
             self._tasks.stop_inputs(task)
             task.discard_uncommitted()  # empty after a commit; void after a failed one
             if task.state is not TaskState.SUSPENDED:
                 task.transition(TaskState.SUSPENDED, "revoked")
+        return committed and all_logged
 
     def _change_role(self, task: Task, role: TaskRole) -> None:
         """Step 3: stop what the task reads in its old role, recycle, start again."""
@@ -119,6 +178,42 @@ class TaskManager:
         task.recycle(role)
         self._tasks.start(task)
 
+    def check_releases(self, generation: int = -1) -> None:
+        """Take over at once every awaited task whose release was read, and every standby
+        or warmup whose release gives it to this instance in ``generation``, the one its
+        group member is in now (handover.py, step 3)."""
+        markers = self._tasks.take_markers()
+        released = self._watch.offer(markers)
+        if generation >= 0 and (markers or generation != self._scanned_generation):
+            # Only when something new was read or the member joined another round: the
+            # scan looks at every standby.
+            self._scanned_generation = generation
+            me = self._ctx.state_dir.process_id
+            for held in self.tasks.values():
+                if held.role in (TaskRole.STANDBY, TaskRole.WARMUP) and held.id not in released:
+                    offsets = self._watch.released_to(held, generation, me)
+                    if offsets is not None:
+                        released[held.id] = offsets
+        for task_id, offsets in released.items():
+            task = self.tasks.get(task_id)
+            if task is None or task.is_active:
+                continue
+            self._tasks.released[task_id] = offsets
+            task.log.info(
+                HANDOVER_TAKEN_OVER, offsets={f"{t}-{p}": o for (t, p), o in offsets.items()}
+            )
+            self._tasks.stop_inputs(task)
+            task.transition(TaskState.SUSPENDED, "released")
+            task.recycle(TaskRole.ACTIVE)
+            self._tasks.start_released(task)
+        if released:
+            self._tasks.publish_kinds()
+            self._tasks.on_change()
+
+    def awaiting_release(self) -> frozenset[TaskId]:
+        """The standbys this instance takes over once released (reported as its own)."""
+        return self._watch.awaiting
+
     def on_lost(self) -> None:
         """The group went on without this instance: every active may run elsewhere now.
 
@@ -126,6 +221,7 @@ class TaskManager:
         aborted first), so they close dirty; standbys stay, their copies are still good.
         The member joins again by itself and the next assignment starts over.
         """
+        self._watch.clear()  # the next assignment says again what to wait for
         actives = sorted(t for t, task in self.tasks.items() if task.is_active)
         if not actives:
             return

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from worker.assignment.task_id import TP, TaskId
 from worker.kafka.consumers import DataConsumer
 from worker.observability import get_logger
+from worker.state.release_marker import ReleaseMarker
 from worker.state.restore import ChangelogReader
 from worker.tasks.commit_protocols import GroupOffsets
 from worker.tasks.state import TaskRole, TaskState
@@ -37,6 +38,9 @@ class Tasks:
         self.by_id: dict[TaskId, Task] = {}
         self.route: dict[TP, Task] = {}
         self.first_assignment_at: float | None = None
+        # Source offsets a released task resumes from (its old owner's release marker),
+        # taken when its processing starts.
+        self.released: dict[TaskId, dict[TP, int]] = {}
         self._log = get_logger(component="tasks")
         # Called after every change others publish (the worker's status snapshot).
         self.on_change: Callable[[], None] = lambda: None
@@ -82,6 +86,10 @@ class Tasks:
         if finished:
             self.on_change()
 
+    def take_markers(self) -> list[tuple[TP, ReleaseMarker]]:
+        """The release markers the changelog reader read since the last call."""
+        return self._reader.take_markers()
+
     def warmups_caught_up(self, acceptable_lag: int) -> list[TaskId]:
         """Warmup tasks now within ``acceptable_lag`` records of their changelogs' end."""
         caught_up = []
@@ -103,6 +111,14 @@ class Tasks:
             task.transition(TaskState.RESTORING)
             self._reader.register(task)
 
+    def start_released(self, task: Task) -> None:
+        """Start a standby just turned active on its old owner's release: its stores hold
+        everything up to the release marker and nobody wrote the changelog since, so it
+        processes at once, with no restore (worker/tasks/handover.py, step 3)."""
+        task.transition(TaskState.RESTORING, "released")
+        task.transition(TaskState.RUNNING, "released")
+        self._start_inputs(task)
+
     def stop_inputs(self, task: Task) -> None:
         """Stop reading for ``task``: its changelogs, its source partitions, its route."""
         self._reader.unregister(task)
@@ -113,7 +129,14 @@ class Tasks:
     def _start_inputs(self, task: Task) -> None:
         found = self._group_offsets.committed_with_metadata(task.source_partitions)
         task.resume_stream_time({tp: metadata for tp, (_, metadata) in found.items()})
-        self._consumer.add(task.start_positions({tp: off for tp, (off, _) in found.items()}))
+        committed = {tp: off for tp, (off, _) in found.items()}
+        # A released task resumes where its old owner's release says, should the group's
+        # committed offsets not show that commit yet.
+        for tp, offset in self.released.pop(task.id, {}).items():
+            known = committed.get(tp)
+            if known is None or offset > known:
+                committed[tp] = offset
+        self._consumer.add(task.start_positions(committed))
         for tp in task.source_partitions:
             self.route[tp] = task
 

@@ -39,12 +39,15 @@ def window_layout(spec: StoreSpec) -> WindowLayout | None:
 
 
 class WindowMetrics:
-    """A windowed store's events as the task's metrics (labels task and store)."""
+    """A windowed store's events as the task's metrics (labels task and store; late
+    records: task and processor, the aggregation that owns the store and shares its name)."""
 
     def __init__(self, metrics: Metrics, task: str, store: str) -> None:
         self._ranges = metrics.window_expiry_ranges.labels(task=task, store=store)
         self._writes = metrics.window_expired_writes.labels(task=task, store=store)
         self._skipped = metrics.window_restore_skipped.labels(task=task, store=store)
+        # labelled on the first late record: only stores of aggregations have any
+        self._late_records, self._task, self._store = metrics.late_records, task, store
 
     def expiry_range(self) -> None:
         self._ranges.inc()
@@ -54,6 +57,9 @@ class WindowMetrics:
 
     def restore_skipped(self, records: int) -> None:
         self._skipped.inc(records)
+
+    def late_record(self) -> None:
+        self._late_records.labels(task=self._task, processor=self._store).inc()
 
 
 def open_store(

@@ -29,10 +29,10 @@ from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
-from worker.state.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
@@ -81,7 +81,9 @@ class Task:
         self._consumed: dict[TP, int] = {}
         self._produced: set[TP] = set()  # changelogs written in the commit under way
         self._committed_sources: dict[TP, int] = {}
-        self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics)
+        logged = [self.changelogs[s.name] for s in subtopology.stores if not s.is_table]
+        carrier = logged[0] if logged else None
+        self._stream_times = CommittedStreamTime(str(task_id), ctx.metrics, carrier)
         self._graph: TaskGraph | None = None
         self.failures: ProcessingFailures | None = None  # an active's, with its graph
         self.punctuators: TaskPunctuators | None = None  # an active's, with its graph
@@ -192,18 +194,8 @@ class Task:
         self._graph = self._new_graph() if role is TaskRole.ACTIVE else None
 
     def _migrate_checkpoint(self) -> None:
-        """Offsets found only in an old ``.checkpoint`` move into stores that have none."""
         path = self._ctx.state_dir.checkpoint_path(self.id)
-        try:
-            legacy = read_checkpoint(path)
-        except CheckpointError as exc:
-            self.log.warning("checkpoint.unreadable", error=str(exc))
-            return
-        for name, tp in self.changelogs.items():
-            store = self.stores[name]
-            if tp in legacy and tp not in store.committed_offsets():
-                store.commit({tp: legacy[tp]})
-                self.log.info("checkpoint.migrated", store=name, offset=legacy[tp])
+        migrate_checkpoint(path, self.stores, self.changelogs, self.log)
 
     def wipe(self, reason: str) -> None:
         """Delete this task's local state and reopen empty stores (state must be CORRUPTED).
@@ -364,7 +356,8 @@ class Task:
 
     def produce_changelogs(self) -> int:
         """Step 1: send every buffered change of every logged store to its changelog,
-        after each store with a TTL swept what expired (``ttl_sweeps.py``)."""
+        after each store with a TTL swept what expired (``ttl_sweeps.py``), then the
+        stream-time marker when the stream time advanced (``stream_time.py``)."""
         sweep_expired(str(self.id), self.stores, self.stream_time, self._ctx.metrics)
         sent = 0
         send = self._ctx.collector.send_changelog
@@ -377,6 +370,9 @@ class Task:
                 send(topic, partition, pending.items(), store.pending_times())
                 self._produced.add((topic, partition))
             sent += len(pending)
+        marked = self._stream_times.send_marker(self._ctx.collector, self.stream_time)
+        if marked is not None:
+            self._produced.add(marked)
         return sent
 
     def commit_stores(self, acked: Mapping[TP, int]) -> None:
@@ -399,6 +395,7 @@ class Task:
             else:
                 offset = acked.get(tp) if tp in produced else None
             store.commit({tp: offset} if offset is not None else {}, stream_time)
+        self._stream_times.marker_committed()
 
     def source_offsets_to_commit(self) -> dict[TP, int]:
         """Step 4 input: next offset to consume for every source partition that moved."""
@@ -429,11 +426,7 @@ class Task:
         flushes the store being written, so a store that went quiet would otherwise hold
         its memtable indefinitely.
         """
-        offsets: dict[TP, int] = {}
-        for store in self.stores.values():
-            store.flush()
-            offsets.update(store.committed_offsets())
-        write_checkpoint(self._ctx.state_dir.checkpoint_path(self.id), offsets)
+        flush_to_checkpoint(self._ctx.state_dir.checkpoint_path(self.id), self.stores.values())
         self._last_checkpoint = self._ctx.clock.monotonic()
         self._ctx.metrics.checkpoint_writes.inc()
 

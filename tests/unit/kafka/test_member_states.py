@@ -89,6 +89,9 @@ class FakeCoordinator:
     def request_rejoin(self, consumer: FakeConsumer) -> None:
         self.rejoins_requested += 1
 
+    def cancel_follow_up(self, consumer: FakeConsumer) -> None:
+        self.rejoin = False
+
     def generation_lost(self, consumer: FakeConsumer) -> bool:
         return self.lost
 
@@ -342,3 +345,60 @@ def test_leaving_waits_for_a_join_under_way_to_finish_first(harness: Harness) ->
 
     assert harness.consumer.join_done_at_close is True
     assert harness.member.state is MemberState.LEFT
+
+
+def test_commits_name_the_newest_generation_the_member_knows_through_a_rebalance(
+    harness: Harness,
+) -> None:
+    _stable(harness, A, B, generation=1)
+    harness.fake.rejoin = True
+    harness.member.poll()
+    assert harness.member.state is MemberState.JOINING
+    assert harness.member.commit_generation == (1, "m-1"), "the group's until the join ends"
+    harness.consumer.generation = 2  # JoinGroup answered: the group completes the round
+    assert harness.member.commit_generation == (2, "m-1")
+    harness.member.poll()
+    assert harness.member.state is MemberState.SYNCING
+    assert harness.member.can_commit, "transactional commits are not refused while syncing"
+    harness.finish(_assignment(A, B), 2)
+    assert harness.member.commit_generation == (2, "m-1")
+
+
+def test_no_commit_while_the_member_holds_no_generation(harness: Harness) -> None:
+    harness.member.poll()  # the first join: no JoinGroup answer yet
+    assert harness.member.state is MemberState.JOINING
+    assert not harness.member.can_commit
+    assert harness.finish(_assignment(A), 1)
+    assert harness.member.can_commit
+    harness.fake.lost = True
+    assert harness.member.poll() == [Lost(frozenset({A}))]
+    assert harness.member.commit_generation is None, "dropped from its generation"
+    harness.member.close()
+    assert harness.member.commit_generation is None
+
+
+def test_plain_offset_commits_wait_for_a_settled_generation(harness: Harness) -> None:
+    _stable(harness, A, generation=3)
+    harness.fake.rejoin = True
+    harness.member.poll()
+    assert harness.member.can_commit
+    with pytest.raises(RebalanceInProgress):
+        harness.member.commit({("in", 0): 5})  # kafka-python commits only when settled
+
+
+def test_revoked_tasks_handed_over_in_this_round_need_no_follow_up_round(
+    harness: Harness,
+) -> None:
+    _stable(harness, A, B)
+    harness.fake.rejoin = True
+    harness.member.poll()
+    events = harness.finish(_assignment(A), 2)
+    assert events == [Assigned(_assignment(A).with_generation(2), frozenset({B}))]
+    harness.fake.rejoin = True  # kafka-python asks for the follow-up round itself
+
+    harness.member.handed_over()  # the runtime released B in its changelog
+
+    assert harness.member.state is MemberState.STABLE
+    assert harness.member.poll() == []
+    assert len(harness.fake.joins) == 2, "no follow-up join"
+    assert harness.counter("worker_follow_up_rebalances_total") == 0

@@ -15,7 +15,7 @@ import confluent_kafka as ck
 import pytest
 
 from worker.config import load
-from worker.errors import ProducerFenced, TransactionAborted
+from worker.errors import GenerationMoved, ProducerFenced, RebalanceInProgress, TransactionAborted
 from worker.kafka import transactions
 from worker.kafka.collector import RecordCollector
 from worker.kafka.transactions import TransactionalProducer, TxnState, exactly_once_collector
@@ -100,15 +100,15 @@ def test_an_abort_the_broker_cannot_take_is_finished_by_the_same_producer_then_r
 
     assert producer.state is TxnState.IN_TRANSACTION
     with pytest.raises(TransactionAborted) as failed:
-        producer.commit({("in", 0): 1}, b"meta")  # the record is never acknowledged
+        producer.commit({("in", 0): 1}, lambda: b"meta")  # the record is never acknowledged
     assert not isinstance(failed.value, ProducerFenced)
     assert producer.state is TxnState.ABORT_PENDING
     with pytest.raises(TransactionAborted, match="not aborted yet"):
-        producer.commit({("in", 0): 1}, b"meta")  # the broker is still away
+        producer.commit({("in", 0): 1}, lambda: b"meta")  # the broker is still away
     assert len(FakeProducer.made) == 1, "no new producer while the old transaction is open"
     assert producer.state is TxnState.ABORT_PENDING
 
-    producer.commit({("in", 0): 1}, b"meta")  # the broker is back
+    producer.commit({("in", 0): 1}, lambda: b"meta")  # the broker is back
     assert producer.state is TxnState.READY
 
     assert first.calls.count("abort_transaction") == 3, "the open transaction was aborted"
@@ -133,7 +133,7 @@ def test_a_fenced_producer_is_replaced_without_trying_to_abort(
     first.script["commit_transaction"] = [fenced]
 
     with pytest.raises(TransactionAborted) as failed:
-        producer.commit({("in", 0): 1}, b"meta")
+        producer.commit({("in", 0): 1}, lambda: b"meta")
 
     assert isinstance(failed.value, ProducerFenced)
     assert producer.state is TxnState.READY, "the new producer is initialised"
@@ -150,8 +150,41 @@ def test_an_abort_that_succeeds_at_once_keeps_the_producer(
     first.script["send_offsets_to_transaction"] = [_timeout()]
 
     with pytest.raises(TransactionAborted):
-        producer.commit({("in", 0): 1}, b"meta")
-    producer.commit({("in", 0): 1}, b"meta")
+        producer.commit({("in", 0): 1}, lambda: b"meta")
+    producer.commit({("in", 0): 1}, lambda: b"meta")
 
     assert first.calls.count("abort_transaction") == 1
     assert len(FakeProducer.made) == 1
+
+
+def test_offsets_refused_for_a_generation_that_moved_on_abort_and_keep_the_producer(
+    output: Output,
+) -> None:
+    collector, producer = output
+    first = FakeProducer.made[-1]
+    collector.send("out", b"k", b"v")
+    first.unacked = 0
+    refused = ck.KafkaError(ck.KafkaError.ILLEGAL_GENERATION, "gen", txn_requires_abort=True)
+    first.script["send_offsets_to_transaction"] = [ck.KafkaException(refused)]
+
+    with pytest.raises(GenerationMoved):
+        producer.commit({("in", 0): 1}, lambda: b"meta")
+
+    assert first.calls[-1] == "abort_transaction"
+    assert producer.state is TxnState.READY and len(FakeProducer.made) == 1
+
+
+def test_the_group_metadata_is_read_after_the_flush_and_none_aborts(output: Output) -> None:
+    collector, producer = output
+    first = FakeProducer.made[-1]
+    collector.send("out", b"k", b"v")
+    first.unacked = 0
+
+    def no_generation() -> bytes:
+        assert first.calls[-1] == "flush", "read once every record is acknowledged"
+        raise RebalanceInProgress("dropped from the group")
+
+    with pytest.raises(GenerationMoved):
+        producer.commit({("in", 0): 1}, no_generation)
+    assert "send_offsets_to_transaction" not in first.calls
+    assert first.calls[-1] == "abort_transaction"

@@ -14,7 +14,6 @@ from tests.support.feeding import feed
 from worker.clock import FakeClock
 from worker.observability import Metrics, get_logger
 from worker.processing import ProcessorContext, Topology
-from worker.processing.context import KeyValueStore
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import (
     HEADER_PREFIX,
@@ -23,6 +22,7 @@ from worker.processing.handlers import (
     RecordErrorHandler,
     RecordFailed,
 )
+from worker.processing.store_views import KeyValueStore
 from worker.serde import JSON, STR, SerdeError
 
 FAIL = ExceptionPolicy.FAIL

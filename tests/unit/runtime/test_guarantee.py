@@ -8,9 +8,11 @@ import pytest
 
 from tests.fakes import FakeGroupOffsets
 from worker.config import Settings, load
+from worker.errors import RebalanceInProgress
 from worker.kafka import collector as collector_module
 from worker.kafka import transactions
 from worker.observability import Metrics
+from worker.runtime import guarantee as guarantee_module
 from worker.runtime.guarantee import choose_guarantee
 from worker.tasks.commit_protocols import AtLeastOnceCommit, ExactlyOnceCommit
 
@@ -36,8 +38,7 @@ class Producer:
 
 
 class Member(FakeGroupOffsets):
-    generation = 3
-    member_id = "m-1"
+    commit_generation = (3, "m-1")
 
 
 def settings(guarantee: str) -> Settings:
@@ -83,3 +84,21 @@ def test_exactly_once_writes_everything_through_one_transactional_producer() -> 
     assert producer.config["transactional.id"] == "app-p-1"
     assert [p[0] for p in producer.produced] == ["out", "log"]
     assert isinstance(guarantee.commit_protocol(Member()), ExactlyOnceCommit)
+
+
+def test_exactly_once_commits_name_the_generation_the_member_may_commit_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    named: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(guarantee_module, "group_metadata", lambda *a: named.append(a) or b"m")
+    member = Member()
+    protocol = choose_guarantee(settings("exactly_once_v2"), "p-1", Metrics()).commit_protocol(
+        member
+    )
+    assert isinstance(protocol, ExactlyOnceCommit)
+
+    assert protocol([]) == {}
+    assert named == [("app", 3, "m-1", "")]
+    member.commit_generation = None  # type: ignore[assignment]
+    with pytest.raises(RebalanceInProgress):
+        protocol([])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.processing.context import KeyValueStore
+from worker.processing.store_views import KeyValueStore
 from worker.serde import BYTES, JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.scan import KeyRange, ScanRangeError

@@ -195,7 +195,7 @@ class Harness:
         for record in self.collector.changelog[self._replicated :]:
             assert record.partition is not None
             offset = self.restore_consumer.append(
-                record.topic, record.partition, record.key, record.value
+                record.topic, record.partition, record.key, record.value, record.headers
             )
             assert offset == record.offset
         self._replicated = len(self.collector.changelog)

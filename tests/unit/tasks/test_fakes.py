@@ -21,7 +21,8 @@ from tests.fakes import (
 )
 from worker.kafka.collector import RecordCollector
 from worker.kafka.consumers import DataConsumer, FetchedBatch, RestoreConsumer
-from worker.processing.context import RawStore, RecordSink
+from worker.processing.context import RecordSink
+from worker.processing.store_views import RawStore
 from worker.tasks.commit_protocols import GroupOffsets
 
 PAIRS = [

@@ -278,7 +278,7 @@ class AbortingProtocol:
     def __init__(self) -> None:
         self.aborts = 0
 
-    def __call__(self, tasks: Sequence[Task]) -> dict[tuple[str, int], int]:
+    def __call__(self, tasks: Sequence[Task], releases: Any = ()) -> dict[tuple[str, int], int]:
         raise AssertionError("not committed in this test")
 
     def abort(self) -> bool:

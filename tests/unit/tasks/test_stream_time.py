@@ -19,6 +19,7 @@ from worker.observability import Metrics
 from worker.processing.timestamps import decode_stream_time
 from worker.processing.topology import BuiltTopology
 from worker.state.directory import StateDirectory
+from worker.state.stream_time_marker import STREAM_TIME_KEY
 from worker.tasks.commit_protocols import AtLeastOnceCommit, ExactlyOnceCommit
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task, TaskContext
@@ -93,7 +94,7 @@ def test_changelog_records_carry_the_timestamp_of_their_write(
     commit(task, collector, group)
 
     stamps = {r.key: r.timestamp for r in collector.changelog if r.topic == COUNTS_CHANGELOG}
-    assert stamps == {b"a": 700, b"b": 900}
+    assert stamps == {b"a": 700, b"b": 900, STREAM_TIME_KEY: 900}, "the marker: stream time"
     assert [r.timestamp for r in collector.sent] == [500, 900, 700]
 
 

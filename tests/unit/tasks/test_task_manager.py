@@ -103,10 +103,12 @@ def test_commit_steps_run_in_order_produce_flush_write_stores_commit_sources(
 
     harness.commits.commit()
 
-    # 1-2: the changelog record was produced before the flush; no store was written yet.
-    assert seen["flush"] == (1, None, {})
-    # 3-4: the store holds the data and its acked offset before the sources are committed.
-    assert seen["commit"] == (b"1", {cl(T01): 0}, {ev(T01): 1})
+    # 1-2: the changelog record and the stream-time marker after it were produced before
+    # the flush; no store was written yet.
+    assert seen["flush"] == (2, None, {})
+    # 3-4: the store holds the data and its acked offset (the marker's) before the sources
+    # are committed.
+    assert seen["commit"] == (b"1", {cl(T01): 1}, {ev(T01): 1})
 
 
 def test_each_store_is_committed_with_its_acked_changelog_offset(harness: Harness) -> None:
@@ -116,8 +118,9 @@ def test_each_store_is_committed_with_its_acked_changelog_offset(harness: Harnes
 
     harness.commits.commit()
 
-    assert harness.collector.acked == {cl(T01): 41}
-    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 41}
+    # Two changes (40, 41) and the stream-time marker (42).
+    assert harness.collector.acked == {cl(T01): 42}
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 42}
     assert task.stores[COUNTS].get_committed(b"b") == b"1"
 
 
@@ -183,7 +186,7 @@ def test_commit_with_nothing_to_commit_does_nothing(harness: Harness) -> None:
 
     assert harness.collector.flushes == flushes
     assert len(harness.group_offsets.commits) == 1
-    assert harness.metric("worker_commits_total") == 1
+    assert harness.metric("worker_commits_total", result="committed") == 1
 
 
 def test_commit_writes_the_checkpoint_only_after_the_checkpoint_interval(
@@ -202,30 +205,32 @@ def test_commit_writes_the_checkpoint_only_after_the_checkpoint_interval(
     harness.clock.advance(1)
     events(harness, T01, "a")
     harness.commits.commit()
-    assert read_checkpoint(path) == {cl(T01): 2}
+    # a, the stream-time marker (stream time 0 from then on: no other), a, a.
+    assert read_checkpoint(path) == {cl(T01): 3}
     assert harness.metric("worker_checkpoint_writes_total") == 1
 
     events(harness, T01, "b")
     harness.commits.commit()
-    assert read_checkpoint(path) == {cl(T01): 2}
+    assert read_checkpoint(path) == {cl(T01): 3}
 
 
 def test_a_commit_never_moves_a_stores_changelog_offset_backwards(harness: Harness) -> None:
-    # This process wrote the changelog up to offset 1 while it owned the task...
+    # This process wrote the changelog up to offset 2 (a, b, the stream-time marker) while
+    # it owned the task...
     running(harness, T01)
     events(harness, T01, "a", "b")
     harness.commits.commit()
     harness.replicate_changelogs()
     rebalance(harness)
-    # ...then another instance owned it and wrote offsets 2 and 3...
+    # ...then another instance owned it and wrote offsets 3 and 4...
     harness.restore_consumer.append(COUNTS_CHANGELOG, 1, b"a", b"7")
     harness.restore_consumer.append(COUNTS_CHANGELOG, 1, b"c", b"1")
-    harness.collector.next_offsets[cl(T01)] = 4
-    # ...and now it is back here, restored to offset 3.
+    harness.collector.next_offsets[cl(T01)] = 5
+    # ...and now it is back here, restored to offset 4.
     rebalance(harness, T01)
     harness.restore()
     task = harness.manager.tasks[T01]
-    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 3}
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 4}
 
     # A commit in which the store wrote nothing (only the table moved).
     harness.consumer.append(LABELS, 1, b"a", encode("red"))
@@ -233,7 +238,7 @@ def test_a_commit_never_moves_a_stores_changelog_offset_backwards(harness: Harne
     harness.commits.commit()
 
     assert task.stores[COUNTS].get_committed(b"a") == b"7"
-    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 3}
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 4}
 
 
 # -- processing ----------------------------------------------------------------------
@@ -326,7 +331,7 @@ def test_a_task_with_a_corrupt_store_at_open_is_wiped_counted_and_restored(
 
     assert task.state is TaskState.RUNNING
     assert task.stores[COUNTS].get_committed(b"a") == b"2"
-    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 1}
+    assert task.stores[COUNTS].committed_offsets() == {cl(T01): 2}, "a, b, stream-time marker"
 
 
 def test_a_task_wiped_at_open_processes_records_once_restored(harness: Harness) -> None:
@@ -357,7 +362,9 @@ def test_a_revoked_active_is_committed_and_closed_while_a_kept_one_runs_on_untou
     assert harness.group_offsets.commits == [{ev(T00): 2, ev(T01): 1}]
     assert T00 not in harness.manager.tasks
     assert t0.state is TaskState.CLOSED
-    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 1}
+    # Two changes (offsets 0 and 1), its stream-time marker (2), then its release marker
+    # (3): the store is at the release marker.
+    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 3}
     assert harness.state_dir.task_lock_owner(T00) is None
     # Kept: the same task object, never suspended, its input never re-assigned.
     assert harness.manager.tasks[T01] is t1
@@ -406,7 +413,7 @@ def test_close_all_closes_every_task_cleanly_with_checkpoints(harness: Harness) 
 
     assert harness.manager.tasks == {}
     assert (t0.state, t1.state) == (TaskState.CLOSED, TaskState.CLOSED)
-    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 0}
+    assert read_checkpoint(harness.state_dir.checkpoint_path(T00)) == {cl(T00): 1}, "a, marker"
     assert harness.state_dir.task_lock_owner(T00) is None
     assert harness.metric("worker_tasks", kind="active") == 0
 

@@ -1,0 +1,86 @@
+"""Reference models of windowed aggregations, written from the definitions
+(docs/windows.md §1, §3, §4), not from the operator: records applied in order, a window
+accepts a record while the largest timestamp seen, the record's included, is at most
+``grace`` past the window's last instant; a record no window accepts is late. Aggregates
+are the sorted lists of the timestamps of each window's records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from worker.processing.windows import SessionWindows, TimeWindows
+from worker.windowed_serde import Windowed
+
+Record = tuple[str, int]  # key, timestamp
+
+
+def fixed_model(
+    windows: TimeWindows, recs: list[Record]
+) -> tuple[list[tuple[Windowed[str], list[int]]], dict[Windowed[str], list[int]], int, int]:
+    """(update outputs, every window's records, late count, final stream time)."""
+    observed, late = -1, 0
+    updates: list[tuple[Windowed[str], list[int]]] = []
+    contents: dict[Windowed[str], list[int]] = {}
+    for key, ts in recs:
+        observed = max(observed, ts)
+        accepted = False
+        start = ts - ts % windows.advance_ms
+        starts = []
+        while start >= 0 and start + windows.size_ms > ts:
+            starts.append(start)
+            start -= windows.advance_ms
+        for start in sorted(starts):
+            end = start + windows.size_ms
+            if observed <= end - 1 + windows.grace_ms:
+                accepted = True
+                window = Windowed(key, start, end)
+                contents[window] = sorted([*contents.get(window, []), ts])
+                updates.append((window, contents[window]))
+        late += not accepted
+    return updates, contents, late, observed
+
+
+def session_model(
+    windows: SessionWindows, recs: list[Record]
+) -> tuple[list[tuple[Windowed[str], Any]], dict[Windowed[str], list[int]], int, int]:
+    observed, late = -1, 0
+    updates: list[tuple[Windowed[str], Any]] = []
+    contents: dict[Windowed[str], list[int]] = {}
+    gap, grace = windows.gap_ms, windows.grace_ms
+
+    def closed(window: Windowed[str]) -> bool:
+        return observed > window.end_ms + gap + grace
+
+    for key, ts in recs:
+        observed = max(observed, ts)
+        reached = sorted(
+            (
+                w
+                for w in contents
+                if w.key == key and w.end_ms >= ts - gap and w.start_ms <= ts + gap
+            ),
+            key=lambda w: (w.start_ms, w.end_ms),
+        )
+        merged = Windowed(
+            key,
+            min([ts] + [w.start_ms for w in reached]),
+            max([ts] + [w.end_ms for w in reached]),
+        )
+        alone = Windowed(key, ts, ts)
+        if closed(alone) or closed(merged) or any(closed(w) for w in reached):
+            late += 1
+            continue
+        times = sorted([ts] + [t for w in reached for t in contents.pop(w)])
+        updates.extend((w, None) for w in reached if w != merged)
+        contents[merged] = times
+        updates.append((merged, times))
+    return updates, contents, late, observed
+
+
+def closed_windows(
+    contents: dict[Windowed[str], list[int]],
+    stream_time: int,
+    close_time: Callable[[Windowed[str]], int],
+) -> dict[Windowed[str], list[int]]:
+    return {w: v for w, v in contents.items() if stream_time > close_time(w)}

@@ -1,0 +1,103 @@
+"""A windowed example app: accounts with too many payments in 10 minutes.
+
+Run with ``worker start --app worker.examples.windowed:build``. Topics:
+
+- ``payments`` (stream, keyed by account id): ``{"id", "account", "amount_cents"}``, the
+  record timestamp being the payment's time (the example app's input);
+- ``busy-accounts`` (output): for each 10-minute window (starting every minute, aligned on
+  the epoch) in which an account made more than ``BUSY_PAYMENTS`` payments, one alert,
+  sent once when the window closes (``GRACE_MS`` after its end, in stream time). Its key
+  is ``Windowed(account, start_ms, end_ms)`` (``worker.windowed_serde.WindowedSerde``
+  over the string key), its value ``{"account", "from", "to", "payments", "sum_cents"}``.
+
+The aggregation's store ``busy-10m`` (changelog ``<application.id>-busy-10m-changelog``)
+answers ``GET /stores/busy-10m/windows?key=<account>`` with the counts so far.
+:func:`expected_alerts` is the reference computation a demo or a test checks the output
+against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from worker.processing import ProcessorContext, Topology
+from worker.processing.windows import hopping
+from worker.serde import JSON, STR
+from worker.windowed_serde import Windowed, WindowedSerde
+
+PAYMENTS = "payments"
+BUSY_ACCOUNTS = "busy-accounts"
+STORE = "busy-10m"
+BUSY_PAYMENTS = 20
+GRACE_MS = 30_000
+WINDOWS = hopping(600_000, 60_000, grace_ms=GRACE_MS)
+
+
+def add_payment(account: str, payment: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
+    """A window's totals after one more payment. Pure: the reference uses it too."""
+    return {
+        "payments": totals["payments"] + 1,
+        "sum_cents": totals["sum_cents"] + payment["amount_cents"],
+    }
+
+
+def alert_for(window: Windowed[str], totals: dict[str, int]) -> dict[str, Any] | None:
+    """The alert a closed window raises, or None."""
+    if totals["payments"] <= BUSY_PAYMENTS:
+        return None
+    return {
+        "account": window.key,
+        "from": window.start_ms,
+        "to": window.end_ms,
+        "payments": totals["payments"],
+        "sum_cents": totals["sum_cents"],
+    }
+
+
+def busy_alert(ctx: ProcessorContext, window: Windowed[str], totals: dict[str, int]) -> None:
+    alert = alert_for(window, totals)
+    if alert is not None:
+        ctx.forward(window, alert)
+
+
+def expected_alerts(
+    payments: Iterable[tuple[int, dict[str, Any]]], stream_time_ms: int
+) -> dict[Windowed[str], dict[str, Any]]:
+    """The alerts of ``payments`` (``(timestamp, payment)``) once stream time reached
+    ``stream_time_ms``, assuming no payment arrived more than ``GRACE_MS`` late (the
+    operator drops those; a reference over several partitions cannot tell which)."""
+    totals: dict[Windowed[str], dict[str, int]] = {}
+    for ts, payment in payments:
+        account = payment["account"]
+        for bounds in WINDOWS.windows_for(ts):
+            key = Windowed(account, bounds.start_ms, bounds.end_ms)
+            current = totals.get(key, {"payments": 0, "sum_cents": 0})
+            totals[key] = add_payment(account, payment, current)
+    alerts = {}
+    for window, window_totals in totals.items():
+        closed = stream_time_ms > WINDOWS.close_time(WINDOWS.window_at(window.start_ms))
+        alert = alert_for(window, window_totals) if closed else None
+        if alert is not None:
+            alerts[window] = alert
+    return alerts
+
+
+def build() -> Topology:
+    """Payments counted per account in hopping 10-minute windows; busy ones alerted."""
+    return (
+        Topology()
+        .add_source("payments", PAYMENTS, key_serde=STR, value_serde=JSON)
+        .add_windowed_aggregation(
+            STORE,
+            ["payments"],
+            WINDOWS,
+            initializer=lambda: {"payments": 0, "sum_cents": 0},
+            aggregator=add_payment,
+            emit="final",
+            key_serde=STR,
+            value_serde=JSON,
+        )
+        .add_processor("busy-alert", busy_alert, parents=[STORE])
+        .add_sink("alerts", BUSY_ACCOUNTS, ["busy-alert"], WindowedSerde(STR), JSON)
+    )
