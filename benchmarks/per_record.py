@@ -32,7 +32,7 @@ import multiprocessing
 import multiprocessing.process
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -48,8 +48,9 @@ from benchmarks.harness import (
     new_application_id,
     start_broker,
 )
-from benchmarks.kafka_io import produce, raw_consumer
+from benchmarks.kafka_io import produce
 from benchmarks.results import PlotPath, Result, Row, table
+from benchmarks.task_layer import fetch, running_tasks
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
     accounts,
@@ -57,25 +58,12 @@ from benchmarks.workload import (
     payment_records,
     profile_records,
 )
-from worker.assignment.model import Assignment
-from worker.assignment.task_id import TP, TaskId
-from worker.clock import SystemClock
-from worker.config import Settings, load
 from worker.dev import sample_data
 from worker.examples import payments as app
-from worker.kafka.collector import RecordCollector
-from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
-from worker.kafka.error_classifier import is_partition_eof
-from worker.observability import Metrics, configure_logging
+from worker.observability import configure_logging
 from worker.processing import ProcessorContext, Topology
 from worker.processing.topology import BuiltTopology
-from worker.runtime.guarantee import choose_guarantee
 from worker.serde import JSON, STR
-from worker.state.directory import StateDirectory
-from worker.state.restore import ChangelogReader
-from worker.state.rocksdb_env import RocksDBEnv
-from worker.tasks.parts import build_task_parts
-from worker.tasks.task import TaskContext
 
 NAME = "per_record"
 TITLE = "Per-record CPU in one process: the worker against the same work by hand"
@@ -151,7 +139,7 @@ def _measure_in_child(bootstrap: str, workdir: Path, params: Params, sender: Any
     ``reps`` times; send the Measured (or the traceback) back."""
     configure_logging("warning", "console")
     try:
-        profiles, payments = _fetch(bootstrap, app.PROFILES), _fetch(bootstrap, app.PAYMENTS)
+        profiles, payments = fetch(bootstrap, app.PROFILES), fetch(bootstrap, app.PAYMENTS)
         if (len(profiles), len(payments)) != (params.accounts, params.payments):
             raise BenchmarkFailed(
                 f"fetched {len(profiles):,} profiles and {len(payments):,} payments, not "
@@ -178,26 +166,6 @@ def _measure_in_child(bootstrap: str, workdir: Path, params: Params, sender: Any
         sender.close()
 
 
-def _fetch(bootstrap: str, topic: str) -> list[Any]:
-    """Every record of ``topic`` as the consumer's own messages, all partitions to the end."""
-    consumer = raw_consumer(bootstrap, new_application_id("bench-fetch"))
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in meta.partitions])
-        messages: list[Any] = []
-        ended: set[int] = set()
-        deadline = time.monotonic() + 120
-        while len(ended) < len(meta.partitions) and time.monotonic() < deadline:
-            for msg in consumer.consume(10000, 1.0):
-                if msg.error() is None:
-                    messages.append(msg)
-                elif is_partition_eof(msg.error()):
-                    ended.add(msg.partition() or 0)
-        return messages
-    finally:
-        consumer.close()
-
-
 def _noop_topology() -> BuiltTopology:
     """The example app's topology with a processor that does nothing."""
 
@@ -215,26 +183,6 @@ def _noop_topology() -> BuiltTopology:
     )
 
 
-class _OffsetBook:
-    """The group member's commit API, kept in memory (the one part not the worker's own)."""
-
-    commit_generation = (1, "per-record")
-
-    def __init__(self) -> None:
-        self.offsets: dict[TP, int] = {}
-        self.metadata: dict[TP, str] = {}
-
-    def commit(self, offsets: Mapping[TP, int], metadata: Mapping[TP, str] | None = None) -> None:
-        self.offsets.update(offsets)
-        self.metadata.update(metadata or {})
-
-    def committed(self, partitions: Iterable[TP]) -> dict[TP, int | None]:
-        return {tp: self.offsets.get(tp) for tp in partitions}
-
-    def committed_with_metadata(self, partitions: Iterable[TP]) -> dict[TP, tuple[int | None, str]]:
-        return {tp: (self.offsets.get(tp), self.metadata.get(tp, "")) for tp in partitions}
-
-
 def _worker_run(
     workdir: Path,
     bootstrap: str,
@@ -246,38 +194,11 @@ def _worker_run(
     """(CPU us per payment, of which in commits) through a fresh set of task parts."""
     application_id = new_application_id("bench-per-record")
     create_totals_changelog(bootstrap, application_id)
-    settings = _settings(bootstrap, application_id)
-    metrics, clock = Metrics(), SystemClock()
-    state_dir = StateDirectory(workdir / application_id, application_id)
-    state_dir.open()
-    guarantee = choose_guarantee(settings, state_dir.process_id, metrics)
-    collector = guarantee.collector
-    consumer, restore = DataConsumer(settings), RestoreConsumer(settings)
-    watermarks = WatermarkReader(settings)
-    env = RocksDBEnv(settings.rocksdb_memory_bytes)
-    task_ctx = TaskContext(settings, state_dir, env, collector, metrics, clock)
-    reader: ChangelogReader[Any] = ChangelogReader(
-        restore, metrics, settings.restore_batch_records, clock
-    )
-    offset_book = _OffsetBook()
-    parts = build_task_parts(
-        topology,
-        task_ctx,
-        reader,
-        consumer,
-        offset_book,
-        guarantee.commit_protocol(offset_book),
-        high_watermarks=watermarks.read,
-    )
-    try:
-        tasks = frozenset(TaskId(0, p) for p in range(EXAMPLE_PARTITIONS))
-        parts.manager.on_assigned(Assignment(tasks, frozenset(), frozenset(), {}, {}, 1))
-        deadline = time.monotonic() + 60
-        while parts.tasks.restoring():
-            if time.monotonic() > deadline:
-                raise BenchmarkFailed("the tasks did not finish restoring in 60s")
-            parts.tasks.restore_step(timeout=0.1)
-        _feed(parts.router.process, profiles, collector)
+    with running_tasks(workdir, bootstrap, topology, application_id, EXAMPLE_PARTITIONS) as run:
+        parts, collector = run.parts, run.collector
+        for i in range(0, len(profiles), BATCH):
+            parts.router.process(profiles[i : i + BATCH])
+            collector.poll()
         parts.committer.commit()
         started, in_commits, since = time.thread_time(), 0.0, 0
         for i in range(0, len(payments), BATCH):
@@ -289,28 +210,6 @@ def _worker_run(
         in_commits += _timed(parts.committer.commit)
         spent = time.thread_time() - started
         return 1e6 * spent / len(payments), 1e6 * in_commits / len(payments)
-    finally:
-        parts.tasks.close_all(clean=False)
-        for part in (collector, consumer, restore, watermarks):
-            part.close()
-        state_dir.close()
-
-
-def _settings(bootstrap: str, application_id: str) -> Settings:
-    overrides = {
-        "bootstrap.servers": bootstrap,
-        "application.id": application_id,
-        "num.standby.replicas": "0",
-    }
-    return load(None, overrides, environ={}).settings
-
-
-def _feed(
-    process: Callable[[list[Any]], int], messages: list[Any], collector: RecordCollector
-) -> None:
-    for i in range(0, len(messages), BATCH):
-        process(messages[i : i + BATCH])
-        collector.poll()
 
 
 def _timed(call: Callable[[], object]) -> float:
@@ -324,6 +223,8 @@ def _by_hand(bootstrap: str, profiles: list[Any], payments: list[Any]) -> float:
     producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     profile_bytes = {m.key(): m.value() for m in profiles}
     totals: dict[bytes, bytes] = {}
+    recent: dict[bytes, bytes] = {}
+    quiet_alert, recent_key = app.quiet_alert, app.recent_key
     next_totals, alert_for, loads, dumps = (
         app.next_totals,
         app.alert_for,
@@ -335,7 +236,13 @@ def _by_hand(bootstrap: str, profiles: list[Any], payments: list[Any]) -> float:
         key = msg.key()
         account, payment = key.decode(), loads(msg.value())
         stored = totals.get(key)
-        totals[key] = dumps(next_totals(loads(stored) if stored is not None else None, payment))
+        at = msg.timestamp()[1]
+        current = loads(stored) if stored is not None else None
+        quiet = quiet_alert(account, current, at)
+        if quiet is not None:
+            producer.produce(app.QUIET, dumps(quiet), account.encode())
+        totals[key] = dumps(next_totals(current, payment, at))
+        recent[recent_key(account, at, payment["id"]).encode()] = dumps(payment["amount_cents"])
         profile = profile_bytes.get(key)
         alert = alert_for(payment, loads(profile) if profile is not None else None)
         if alert is not None:

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import rocksdict
-
 from benchmarks import plots
 from benchmarks.apps import TTL_MS, TTL_TOPIC
 from benchmarks.harness import (
@@ -40,6 +38,7 @@ from benchmarks.harness import (
     worker_settings,
 )
 from benchmarks.kafka_io import create_topics
+from benchmarks.punctuator_scan import measure_punctuator_scan, raw_count
 from benchmarks.results import PlotPath, Result, Row, table
 from benchmarks.ttl_churn import (
     ChangelogTail,
@@ -53,7 +52,6 @@ from worker.processing.store_views import KeyValueStore
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store
-from worker.state.store_format import OFFSETS_FAMILY
 from worker.state.ttl_store import TtlStore, open_store
 
 NAME = "scans_ttl"
@@ -92,13 +90,18 @@ class Measured:
     delete_seconds: float
     churn: list[Sample]
     stored_entries: int  # user keys and index entries in RocksDB after the churn
+    punctuator: dict[str, list[float]]  # way -> CPU seconds of each full scan of ``keys``
 
 
 def measure(ctx: RunContext, params: Params) -> Measured:
     scans = _scans(ctx.path("scan-store"), params)
     sweep, delete = _sweep_cost(ctx.path("sweep"), params.sweep_keys)
-    churn, entries = _churn(ctx, params)
-    return Measured(params, scans, sweep, delete, churn, entries)
+    broker = start_broker(ctx)
+    punctuator = measure_punctuator_scan(
+        ctx.path("punctuator"), broker.bootstrap, params.keys, params.runs
+    )
+    churn, entries = _churn(ctx, broker.bootstrap, params)
+    return Measured(params, scans, sweep, delete, churn, entries, punctuator)
 
 
 def _cpu(run: Callable[[], int], expected: int) -> float:
@@ -121,7 +124,7 @@ def _scans(path: Path, params: Params) -> dict[str, list[float]]:
     store.close()
     ways: dict[str, list[float]] = {"raw iterator": [], "view": [], "view, 10% buffered": []}
     for _ in range(params.runs):
-        ways["raw iterator"].append(_cpu(functools.partial(_raw_count, path), params.keys))
+        ways["raw iterator"].append(_cpu(functools.partial(raw_count, path), params.keys))
         store = Store.open(path, env, "scan")
         try:
             view = KeyValueStore("scan", store, STR, JSON, read_only=False)
@@ -142,24 +145,6 @@ def _view_count(view: KeyValueStore) -> int:
     with view.range() as found:
         for _key, _value in found:
             count += 1
-    return count
-
-
-def _raw_count(path: Path) -> int:
-    options = rocksdict.Options(raw_mode=True)
-    db = rocksdict.Rdict(str(path), options, column_families={OFFSETS_FAMILY: options})
-    count = 0
-    try:
-        cursor = db.iter()
-        cursor.seek_to_first()
-        while cursor.valid():
-            cursor.key()
-            cursor.value()
-            count += 1
-            cursor.next()
-        del cursor
-    finally:
-        db.close()
     return count
 
 
@@ -195,18 +180,17 @@ def _sweep_cost(path: Path, keys: int) -> tuple[float, float]:
     return sweep, delete
 
 
-def _churn(ctx: RunContext, params: Params) -> tuple[list[Sample], int]:
-    broker = start_broker(ctx)
-    create_topics(broker.bootstrap, {TTL_TOPIC: PARTITIONS})
+def _churn(ctx: RunContext, bootstrap: str, params: Params) -> tuple[list[Sample], int]:
+    create_topics(bootstrap, {TTL_TOPIC: PARTITIONS})
     app_id = new_application_id("ttl")
-    settings = worker_settings(broker.bootstrap, app_id, {"commit.interval.ms": 200})
+    settings = worker_settings(bootstrap, app_id, {"commit.interval.ms": 200})
     worker = start_worker(ctx, "ttl", settings, app="benchmarks.apps:ttl_app")
     worker.wait_ready(120)
-    tail = ChangelogTail(broker.bootstrap, changelog_topic(app_id))
+    tail = ChangelogTail(bootstrap, changelog_topic(app_id))
     samples: list[Sample] = []
     per_chunk = params.churn // params.chunks
     for chunk in range(params.chunks):
-        produce_churn(broker.bootstrap, TTL_TOPIC, chunk * per_chunk, per_chunk, params.step_ms)
+        produce_churn(bootstrap, TTL_TOPIC, chunk * per_chunk, per_chunk, params.step_ms)
         done = (chunk + 1) * per_chunk
         wait_for(
             lambda: worker.metric("worker_processed_records_total") >= done,  # noqa: B023
@@ -243,6 +227,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     p = measured.params
     best = {way: min(seconds) for way, seconds in measured.scans.items()}
     rate = {way: p.keys / seconds for way, seconds in best.items()}
+    punctuated = {way: p.keys / min(seconds) for way, seconds in measured.punctuator.items()}
     per_key_sweep = measured.sweep_seconds / p.sweep_keys * 1e6
     per_key_delete = measured.delete_seconds / p.sweep_keys * 1e6
     last = measured.churn[-1]
@@ -251,6 +236,10 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         Row(
             "scan with uncommitted writes, pairs/s", rate["view, 10% buffered"],
             "store view, 10% buffered", rate["raw iterator"], "raw iterator", "pairs/s",
+        ),
+        Row(
+            "a stream punctuator scanning the store, pairs/s", punctuated["punctuator scan"],
+            "scan in a stream punctuation", punctuated["raw iterator"], "raw iterator", "pairs/s",
         ),
         Row("TTL sweep, µs per expired key", per_key_sweep, "sweep + commit", per_key_delete, "delete + commit", "µs"),
         Row(
@@ -261,8 +250,11 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     scans = table(
         ["way", *[f"run {i + 1}, ms" for i in range(p.runs)], "best, pairs/s"],
         [
-            [way, *[f"{s * 1000:,.0f}" for s in seconds], f"{rate[way]:,.0f}"]
-            for way, seconds in measured.scans.items()
+            [way, *[f"{s * 1000:,.0f}" for s in seconds], f"{p.keys / min(seconds):,.0f}"]
+            for way, seconds in [
+                *measured.scans.items(),
+                *((f"{way} (punctuation run)", sec) for way, sec in measured.punctuator.items()),
+            ]
         ],
     )
     churn = table(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -14,8 +15,10 @@ from worker.dev.demo import load_sample_data
 from worker.examples import payments as app
 from worker.kafka.loader import produce_records, read_topic
 from worker.serde import JSON, STR
+from worker.state.ttl import decode as ttl_decode
 
 PARTITIONS = 4
+HISTORY_MS = 6 * 3_600_000  # the payments' event clock starts this long before the test
 
 
 @dataclass
@@ -23,6 +26,8 @@ class ExampleData:
     settings: Settings
     accounts: list[sample_data.Account]
     stream: list[tuple[str, dict[str, Any]]]
+    clock: sample_data.EventClock  # payment n's time: a second of event time per payment
+    quiet: dict[str, int] = field(default_factory=dict)  # accounts that stop paying
 
     @property
     def profiles(self) -> dict[str, dict[str, Any]]:
@@ -31,28 +36,50 @@ class ExampleData:
     def produce(self, count: int, anomaly_rate: float = 0.02) -> None:
         chunk = list(
             sample_data.payments(
-                self.accounts, count, anomaly_rate=anomaly_rate, start=len(self.stream)
+                self.accounts,
+                count,
+                anomaly_rate=anomaly_rate,
+                start=len(self.stream),
+                quiet=self.quiet,
             )
         )
-        produce_records(self.settings, app.PAYMENTS, chunk, STR, JSON)
+        times = self.clock.times(len(self.stream), count)
+        produce_records(self.settings, app.PAYMENTS, chunk, STR, JSON, timestamps=times)
         self.stream.extend(chunk)
 
+    def expected(self) -> sample_data.Reference:
+        return sample_data.reference(self.profiles, self.stream, self.clock, PARTITIONS)
+
     def reference(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-        return sample_data.reference(self.profiles, self.stream)
+        """(totals per account, alerts by payment id) the app must output."""
+        expected = self.expected()
+        return expected.totals, expected.alerts
 
     def alerts(self) -> list[dict[str, Any]]:
         return [orjson.loads(v) for _, v in read_topic(self.settings, app.ALERTS) if v]
 
+    def quiet_alerts(self) -> list[dict[str, Any]]:
+        return [orjson.loads(v) for _, v in read_topic(self.settings, app.QUIET) if v]
+
     def totals_from_changelog(self, application_id: str) -> dict[str, dict[str, Any]]:
-        topic = f"{application_id}-{app.TOTALS}-changelog"
+        return self.store_from_changelog(application_id, app.TOTALS)
+
+    def store_from_changelog(self, application_id: str, store: str) -> dict[str, Any]:
+        topic = f"{application_id}-{store}-changelog"
         table: dict[bytes, bytes] = {}
         for partition in range(PARTITIONS):
             table.update(fold(read_partition(self.settings.bootstrap_servers, topic, partition)))
-        return {k.decode(): orjson.loads(v) for k, v in table.items()}
+        unwrap = (lambda v: ttl_decode(v)[1]) if store == app.RECENT else (lambda v: v)
+        return {k.decode(): orjson.loads(unwrap(v)) for k, v in table.items()}
 
 
 def example_data(bootstrap: str, accounts: int = 60) -> ExampleData:
     """Create the example topics on ``bootstrap`` and load the account profiles."""
     settings = load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
-    load_sample_data(settings, accounts, 0, PARTITIONS)
-    return ExampleData(settings, sample_data.accounts(accounts), [])
+    clock = sample_data.EventClock(int(time.time() * 1000) - HISTORY_MS, 1_000)
+    load_sample_data(settings, accounts, 0, PARTITIONS, profiles_at_ms=clock.base_ms - 1)
+    accts = sample_data.accounts(accounts)
+    # Three accounts go quiet, from payment 300, 600 and 900 on: a quiet alert each
+    # 20 minutes (1200 payments) of event time later.
+    quiet = sample_data.going_quiet(accts, 3, 300, 300)
+    return ExampleData(settings, accts, [], clock, quiet)

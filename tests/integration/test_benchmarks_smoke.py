@@ -94,6 +94,7 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
         [
             "scan, pairs/s",
             "scan with uncommitted writes, pairs/s",
+            "a stream punctuator scanning the store, pairs/s",
             "TTL sweep, µs per expired key",
             "TTL store under a churn of distinct keys: changelog live keys",
         ],

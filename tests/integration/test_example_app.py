@@ -1,4 +1,6 @@
-"""Two real worker processes run the example app against the real broker."""
+"""Two real worker processes run the example app against the real broker: alerts, totals,
+quiet-account alerts (a stream-time punctuator) and the last hour's payments (a TTL store)
+match the plain-Python reference."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import pytest
 
 from tests.integration.example_app import example_data
 from tests.support.waiting import wait_until
+from worker.dev import sample_data
+from worker.examples import payments as app
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +53,15 @@ def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_
 
     assert a.terminate() == 0 and b.terminate() == 0
     assert data.totals_from_changelog(worker_factory.application_id) == expected_totals
+    expected = data.expected()
+    quiet = data.quiet_alerts()
+    assert {sample_data.quiet_id(x): x for x in quiet} == expected.quiet
+    assert len(quiet) == len(expected.quiet)  # none twice
+    assert set(data.quiet) <= {x["account"] for x in quiet}  # the accounts that stopped
+    recent = data.store_from_changelog(worker_factory.application_id, app.RECENT)
+    assert all(recent.get(k) == v for k, v in expected.recent.items())  # the last hour
+    assert all(expected.written.get(k) == v for k, v in recent.items())  # older: swept or not
+    assert len(recent) < len(expected.written)  # some expired and tombstoned
 
 
 @pytest.mark.duration(12)

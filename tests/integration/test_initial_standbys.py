@@ -19,7 +19,8 @@ pytestmark = pytest.mark.integration
 def changelog_records(data: ExampleData, application_id: str) -> int:
     """Records in every changelog the example's stores restore from."""
     bootstrap = data.settings.bootstrap_servers
-    topics = (f"{application_id}-{app.TOTALS}-changelog", app.PROFILES)
+    stores = (app.TOTALS, app.RECENT)
+    topics = (*(f"{application_id}-{store}-changelog" for store in stores), app.PROFILES)
     return sum(len(read_partition(bootstrap, t, p)) for t in topics for p in range(PARTITIONS))
 
 

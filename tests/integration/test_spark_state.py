@@ -134,10 +134,9 @@ def test_snapshots_reach_the_workers_and_exports_equal_what_they_serve(
     }
     assert exported.rows == len(totals) > 0
     for account, row in totals.items():
-        assert served(worker, app.TOTALS, account) == (
-            200,
-            {"count": row["count"], "sum_cents": row["sum_cents"]},
-        )
+        code, value = served(worker, app.TOTALS, account)
+        assert code == 200
+        assert (value["count"], value["sum_cents"]) == (row["count"], row["sum_cents"])
     assert reconcile_account_totals(spark, settings).equal
 
 

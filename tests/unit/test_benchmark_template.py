@@ -150,6 +150,7 @@ def test_scans_ttl_reports_the_scan_runs_and_the_churn_over_time(tmp_path: Path)
             scans_ttl.Sample(2000, 2 * 2**20, 3500, 310, 1690),
         ],
         620,
+        {"punctuator scan": [0.05, 0.04], "raw iterator": [0.02, 0.01]},
     )
 
     result = scans_ttl.report(measured, lambda name: tmp_path / f"{name}.png")
@@ -158,4 +159,6 @@ def test_scans_ttl_reports_the_scan_runs_and_the_churn_over_time(tmp_path: Path)
     assert [row.measured for row in result.rows][:2] == [2500, 2000]
     scans, churn = result.details
     assert "| view | 40 | 50 | 2,500 |" in scans
+    assert "| punctuator scan (punctuation run) | 50 | 40 | 2,500 |" in scans
+    assert [row.measured for row in result.rows][2] == 2500  # the punctuator's scan, pairs/s
     assert "| 2,000 | 2.0 | 3,500 | 310 | 1,690 |" in churn

@@ -19,6 +19,17 @@ from worker.examples import payments as app
 from worker.processing.graph import TaskGraph
 from worker.serde import JSON, STR
 
+
+class KeepingTtlStore(DictStore):
+    """A TTL store's surface over a dict that expires nothing: the record path only."""
+
+    def get_at(self, key: bytes, _now_ms: int) -> bytes | None:
+        return self.get(key)
+
+    def put_at(self, key: bytes, value: bytes, _write_ms: int) -> None:
+        self.put(key, value)
+
+
 PAYMENT = {"id": "p-1", "account": "acct-1", "amount_cents": 1_000}
 
 
@@ -89,13 +100,60 @@ def test_the_alert_z_score_is_rounded_to_three_decimals(amount: int, z: float) -
 
 @pytest.mark.parametrize("current", [None, {}], ids=["none", "empty"])
 def test_the_first_payment_starts_the_totals(current: dict[str, Any] | None) -> None:
-    assert app.next_totals(current, paying(250)) == {"count": 1, "sum_cents": 250}
+    assert app.next_totals(current, paying(250), 5_000) == {
+        "count": 1,
+        "sum_cents": 250,
+        "last_payment_ms": 5_000,
+        "quiet_alerted": False,
+    }
 
 
-def test_each_payment_adds_one_and_its_amount() -> None:
-    totals = app.next_totals({"count": 4, "sum_cents": 1_000}, paying(250))
+def test_each_payment_adds_one_and_its_amount_and_clears_the_quiet_marker() -> None:
+    before = {"count": 4, "sum_cents": 1_000, "last_payment_ms": 10, "quiet_alerted": True}
 
-    assert totals == {"count": 5, "sum_cents": 1_250}
+    totals = app.next_totals(before, paying(250), 20)
+
+    assert totals == {"count": 5, "sum_cents": 1_250, "last_payment_ms": 20, "quiet_alerted": False}
+
+
+def test_a_payment_older_than_the_last_counts_but_keeps_the_last_payment_and_marker() -> None:
+    before = {"count": 4, "sum_cents": 1_000, "last_payment_ms": 10, "quiet_alerted": True}
+
+    totals = app.next_totals(before, paying(250), 5)
+
+    assert totals == {"count": 5, "sum_cents": 1_250, "last_payment_ms": 10, "quiet_alerted": True}
+
+
+# -- quiet_alert ---------------------------------------------------------------------
+
+
+def test_an_account_is_quiet_at_the_first_check_boundary_after_the_quiet_time() -> None:
+    last = 10 * app.QUIET_CHECK_MS + 1  # just after a boundary
+    at = app.quiet_at(last)
+    totals = app.next_totals(None, PAYMENT, last)
+
+    assert at == last - 1 + app.QUIET_AFTER_MS + app.QUIET_CHECK_MS
+    assert app.quiet_alert("acct-1", totals, at - 1) is None
+    assert app.quiet_alert("acct-1", totals, at) == {
+        "account": "acct-1",
+        "last_payment_ms": last,
+        "quiet_at_ms": at,
+    }
+
+
+def test_an_account_alerted_for_its_last_payment_or_never_paying_is_not_quiet() -> None:
+    alerted = {**app.next_totals(None, PAYMENT, 0), "quiet_alerted": True}
+
+    assert app.quiet_alert("acct-1", alerted, 10 * app.QUIET_AFTER_MS) is None
+    assert app.quiet_alert("acct-1", None, 10 * app.QUIET_AFTER_MS) is None
+    assert app.quiet_alert("acct-1", {"count": 1, "sum_cents": 1}, 10**12) is None
+
+
+def test_recent_keys_sort_by_account_then_time() -> None:
+    keys = [app.recent_key("acct-2", 5, "p-1"), app.recent_key("acct-1", 900, "p-2")]
+    keys.append(app.recent_key("acct-1", 10_000, "p-0"))
+
+    assert sorted(keys) == [keys[1], keys[2], keys[0]]
 
 
 # -- the topology ----------------------------------------------------------------------
@@ -108,34 +166,53 @@ def test_the_example_topology_is_one_subtopology_over_both_topics() -> None:
     assert st.changelog_topics("payments-app") == {
         app.PROFILES: app.PROFILES,
         app.TOTALS: "payments-app-account-totals-changelog",
+        app.RECENT: "payments-app-recent-payments-changelog",
     }
-    assert [s.topic for s in st.sinks] == [app.ALERTS]
+    assert [s.topic for s in st.sinks] == [app.ALERTS, app.QUIET]
 
 
 def test_the_topology_over_sample_payments_equals_the_reference_computation() -> None:
+    """Records alone, no punctuation: every quiet alert comes from the record path, and
+    the reference's final ones (at the end's stream time) are the only ones missing."""
     accounts = sample_data.accounts(25)
     profiles = dict(sample_data.profiles(accounts[:-3]))  # three accounts have no profile
-    stream = list(sample_data.payments(accounts, 3_000, anomaly_rate=0.03))
+    quiet = sample_data.going_quiet(accounts, 2, 500, 500)
+    stream = list(sample_data.payments(accounts, 3_000, anomaly_rate=0.03, quiet=quiet))
+    clock = sample_data.EventClock(1_000_000, 30_000)  # 25 h: gaps past the quiet time
     (subtopology,) = app.build().build().subtopologies
-    stores = {app.PROFILES: DictStore(app.PROFILES), app.TOTALS: DictStore(app.TOTALS)}
+    stores = {name: DictStore(name) for name in (app.PROFILES, app.TOTALS)}
+    stores[app.RECENT] = KeepingTtlStore(app.RECENT)
     collector = FakeCollector()
     graph = TaskGraph(subtopology, "0_0", stores, collector)
 
     for offset, (account, value) in enumerate(profiles.items()):
         feed(graph, app.PROFILES, 0, offset, 0, account.encode(), JSON.serialize(value))
     for offset, (account, payment) in enumerate(stream):
-        feed(graph, app.PAYMENTS, 0, offset, 0, account.encode(), JSON.serialize(payment))
+        at = clock.at(offset)
+        feed(graph, app.PAYMENTS, 0, offset, at, account.encode(), JSON.serialize(payment))
 
-    want_totals, want_alerts = sample_data.reference(profiles, stream)
+    want = sample_data.reference(profiles, stream, clock, partitions=1)
     totals = {k.decode(): orjson.loads(v) for k, v in stores[app.TOTALS].data.items()}
-    alerts = {}
+    recent = {k.decode(): orjson.loads(v) for k, v in stores[app.RECENT].data.items()}
+    alerts, quiet_alerts = {}, {}
     for record in collector.sent:
-        assert record.topic == app.ALERTS
-        alert = orjson.loads(record.value or b"")
-        assert STR.deserialize(record.key) == alert["account"]
-        alerts[alert["payment_id"]] = alert
-    assert len(alerts) == len(collector.sent)  # one alert per unusual payment
-    assert totals == want_totals
-    assert alerts == want_alerts
-    assert len(want_alerts) >= 20  # the sample really exercises the alert path
+        value = orjson.loads(record.value or b"")
+        assert STR.deserialize(record.key) == value["account"]
+        if record.topic == app.ALERTS:
+            alerts[value["payment_id"]] = value
+        else:
+            assert record.topic == app.QUIET
+            quiet_alerts[sample_data.quiet_id(value)] = value
+    final = {k for k, t in want.totals.items() if t["quiet_alerted"]}
+    at_the_end = {f"{k}@{want.totals[k]['last_payment_ms']}" for k in final}
+    assert len(alerts) + len(quiet_alerts) == len(collector.sent)  # none twice
+    assert alerts == want.alerts
+    assert len(want.alerts) >= 20  # the sample really exercises the alert path
+    assert quiet_alerts == {k: a for k, a in want.quiet.items() if k not in at_the_end}
+    assert set(quiet) <= final  # the accounts that stopped paying: alerted at the end
+    assert totals == {
+        k: {**t, "quiet_alerted": False} if k in final else t for k, t in want.totals.items()
+    }
+    assert recent == want.written  # nothing expires in the fake
+    assert 0 < len(want.recent) < len(want.written)
     assert sum(t["count"] for t in totals.values()) == len(stream)

@@ -9,7 +9,8 @@ demo itself is killed, through the parent-death signal set before each child sta
 
 Two workers start; while payments flow, one is killed with SIGKILL and started again at
 once over its state dir, and later a third worker joins. Afterwards the summary shows
-what that cost each task: its longest stall (the longest silence of its partition of the
+what that cost each task: its longest stall (the longest silence, to a reader following
+it, of its partition of the
 ``account-totals`` changelog, which every commit writes for every account the task
 updated) and the changelog records restored (a restart over local state restores only
 the tail written since its last commit, not the whole changelog).
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from worker.config import Settings, load
 from worker.dev import history, sample_data
+from worker.dev.changelog_watch import ChangelogWatch
 from worker.dev.demo_processes import (
     DemoBroker,
     DemoFailed,
@@ -51,6 +53,8 @@ PARTITIONS = 4
 WORKERS = 2  # at the start; a third joins later
 KILL_AT = 0.25  # share of the traffic's duration: SIGKILL worker-1, start it again
 JOIN_AT = 0.55  # share of the traffic's duration: start worker-3
+EVENT_SPEEDUP = 240  # event time runs this much faster than the wall clock: 4 min a second
+QUIET_ACCOUNTS = 10  # accounts that stop paying, one every 2 s of traffic from 2 s on
 READY_TIMEOUT = 60.0  # workers joined, tasks restored, processing
 DRAIN_TIMEOUT = 120.0  # after the last payment: everything processed
 STOP_GRACE = 30.0  # SIGTERM -> exit, before SIGKILL
@@ -58,12 +62,24 @@ _MARKER = ".worker-demo"  # a --workdir is emptied only if it has this (or is em
 
 
 def load_sample_data(
-    settings: Settings, accounts: int, payments: int, partitions: int
+    settings: Settings,
+    accounts: int,
+    payments: int,
+    partitions: int,
+    *,
+    profiles_at_ms: int | None = None,
 ) -> dict[str, int]:
+    """Create the example topics, load the profiles and ``payments`` payments.
+
+    ``profiles_at_ms``: the profile records' timestamp (the producer's clock when absent).
+    Table records move stream time too: profiles of payments with older event times must
+    be older still, or the first profile would move stream time past every payment.
+    """
     sample_data.create_example_topics(settings, partitions)
     accts = sample_data.accounts(accounts)
+    stamps = None if profiles_at_ms is None else [profiles_at_ms] * len(accts)
     loaded_profiles = produce_records(
-        settings, app.PROFILES, sample_data.profiles(accts), STR, JSON
+        settings, app.PROFILES, sample_data.profiles(accts), STR, JSON, timestamps=stamps
     )
     loaded_payments = 0
     if payments:
@@ -71,6 +87,14 @@ def load_sample_data(
             settings, app.PAYMENTS, sample_data.payments(accts, payments), STR, JSON
         )
     return {"profiles": loaded_profiles, "payments": loaded_payments}
+
+
+def event_clock(duration: float, rate: int) -> sample_data.EventClock:
+    """The payments' event times: ``EVENT_SPEEDUP`` times the wall clock's pace, ending
+    about when the traffic starts, so none is in the future (a broker may refuse those)."""
+    step = EVENT_SPEEDUP * 1000 // rate
+    span = int(duration * rate) * step
+    return sample_data.EventClock(int(time.time() * 1000) - span, step)
 
 
 def run_demo(duration: float, rate: int, workdir: Path) -> int:
@@ -128,7 +152,8 @@ def _run(
         f"broker on {bootstrap} (pid {broker.pid}); loading {ACCOUNTS} account profiles", flush=True
     )
     accts = sample_data.accounts(ACCOUNTS)
-    load_sample_data(settings, ACCOUNTS, 0, PARTITIONS)
+    clock = event_clock(duration, rate)
+    load_sample_data(settings, ACCOUNTS, 0, PARTITIONS, profiles_at_ms=clock.base_ms - 1)
     # The historical payments a Spark job turns into these profiles (docs/spark.md):
     # `worker spark load account-profiles --input <workdir>/history` recomputes them.
     written = history.write_history(workdir / "history", ACCOUNTS, 50)
@@ -167,13 +192,18 @@ def _run(
         (duration * KILL_AT, f"kill -9 {workers[0].name}", crash),
         (duration * JOIN_AT, f"worker-{WORKERS + 1} joins", join),
     ]
+    totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
+    watch = ChangelogWatch(settings, totals_topic, PARTITIONS).start()
     producing = time.monotonic()
-    traffic = produce_for(settings, accts, duration, rate, workers, schedule)
+    quiet = sample_data.going_quiet(accts, QUIET_ACCOUNTS, 2 * rate, 2 * rate)
+    traffic = produce_for(settings, accts, duration, rate, workers, schedule, clock, quiet)
     produced_in = time.monotonic() - producing
     drained_in = wait_drained(workers, traffic, DRAIN_TIMEOUT)
+    watch.stop()
     for w in workers:
         w.scrape()  # the final numbers, before the workers go away
-    where = where_to_look(workers[0].port, accts[0].id)  # a live query, before the stop
+    active = next(a.id for a in accts if a.id not in quiet)  # one still paying
+    where = where_to_look(workers[0].port, active, PARTITIONS)  # a live query, before the stop
     signals.cleaning = True  # from here on a Ctrl-C only hurries the stop
     stop_workers(workers, STOP_GRACE, signals.hurried)  # each commits its last records
     code = summarise(
@@ -183,6 +213,7 @@ def _run(
         produced_in,
         drained_in,
         workers,
+        watch.arrivals,
         drain_timeout=DRAIN_TIMEOUT,
         partitions=PARTITIONS,
     )

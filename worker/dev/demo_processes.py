@@ -20,11 +20,11 @@ from worker.dev.processes import WorkerProcess, WorkerProcessFailed, guarded
 from worker.errors import WorkerError
 
 # The demo's worker settings: commit four times a second (each commit writes the
-# changelogs, whose timestamps show the stalls: the wall-clock extractor stamps each
-# write with when it was made), notice a dead member within seconds, exactly-once so that
-# a SIGKILL leaves no double counts in the totals.
+# changelogs, whose arrival at a reader shows the stalls: demo_traffic.ChangelogWatch),
+# notice a dead member within seconds, exactly-once so that a SIGKILL leaves no double
+# counts in the totals. Record time (the default extractor): the app's hour window and
+# quiet alerts run on the payments' event times.
 WORKER_SETTINGS = {
-    "timestamp.extractor": "worker.processing.timestamps:wall_clock",
     "processing.guarantee": "exactly_once_v2",
     "commit.interval.ms": "250",
     "session.timeout.ms": "6000",

@@ -6,7 +6,6 @@ input; and, while the workers still run, where an operator would look.
 from __future__ import annotations
 
 import http.client
-import time
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -16,27 +15,33 @@ from typing import Any
 
 import orjson
 
-from worker.config import Settings, load
+from worker.config import Settings
 from worker.dev import sample_data
-from worker.dev.demo_processes import WORKER_SETTINGS, DemoFailed, DemoWorker
+from worker.dev.demo_processes import WORKER_SETTINGS, DemoWorker
 from worker.dev.demo_traffic import Traffic
 from worker.dev.processes import START_LINE
 from worker.dev.stalls import max_gap
 from worker.examples import payments as app
-from worker.kafka.consumers import DataConsumer
 from worker.kafka.loader import read_topic
+from worker.partitioner import partition_for
 from worker.serde import JSON, STR
 
+# A TTL store's changelog values start with the key's expiry, 8 bytes (the stored shape of
+# worker/state/ttl.py; the dev commands read topics, never the state package).
+_EXPIRY_BYTES = 8
 
-def _fold_changelog(settings: Settings, topic: str) -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = {}
+
+def _fold_changelog(settings: Settings, topic: str, *, ttl: bool = False) -> dict[str, Any]:
+    """The latest value per key of a changelog (a TTL store's: its values, without the
+    expiry in front)."""
+    table: dict[str, Any] = {}
     for key, value in read_topic(settings, topic):
         if key is None:
             continue
         if value is None:
             table.pop(STR.deserialize(key), None)
         else:
-            table[STR.deserialize(key)] = JSON.deserialize(value)
+            table[STR.deserialize(key)] = JSON.deserialize(value[_EXPIRY_BYTES:] if ttl else value)
     return table
 
 
@@ -71,13 +76,15 @@ def summarise(
     produced_in: float,
     drained_in: float | None,
     workers: list[DemoWorker],
+    arrivals: dict[int, list[int]],
     *,
     drain_timeout: float,
     partitions: int,
 ) -> int:
     stream = traffic.stream
     profiles = dict(sample_data.profiles(accts))
-    expected_totals, expected_alerts = sample_data.reference(profiles, stream)
+    expected = sample_data.reference(profiles, stream, traffic.clock, partitions)
+    expected_totals, expected_alerts = expected.totals, expected.alerts
     alert_records = [orjson.loads(v) for _, v in read_topic(settings, app.ALERTS) if v]
     got_alerts = {str(a.get("payment_id")): a for a in alert_records}
     totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
@@ -116,7 +123,7 @@ def summarise(
         f"{'all':<10} {processed:>9}  (input records: payments and account-profile records;"
         " a restarted worker's row adds up its runs, the other columns are its last run's)"
     )
-    _print_tasks(settings, totals_topic, traffic, partitions)
+    _print_tasks(traffic, arrivals, partitions)
 
     missing = sorted(set(expected_alerts) - set(got_alerts))
     extra = sorted(set(got_alerts) - set(expected_alerts))
@@ -141,6 +148,8 @@ def summarise(
         + _verdict(totals_ok, wrong=wrong)
     )
 
+    time_ok = _check_time_outputs(settings, expected)
+
     codes = [w.returncode for w in workers]
     stopped_ok = all(c == 0 for c in codes)
     killed = {h.worker.name for h in traffic.happenings if h.what.startswith("kill")}
@@ -152,53 +161,42 @@ def summarise(
             for w in workers
         )
     )
-    matches = alerts_ok and totals_ok
+    matches = alerts_ok and totals_ok and time_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
 
 
-def _changelog_timestamps(
-    settings: Settings, topic: str, partitions: int, timeout: float = 60.0
-) -> dict[int, list[int]]:
-    """Every record's timestamp (ms) per partition of ``topic``, from its start to its end.
-
-    Transaction markers take offsets but are never delivered, so a partition counts as
-    read once its last record is at most one offset short of the end, or once nothing new
-    came for a few seconds.
-    """
-    reader = load(
-        None,
-        {"bootstrap.servers": settings.bootstrap_servers, "application.id": "worker-demo-reader"},
-        environ={},
-    ).settings
-    consumer = DataConsumer(reader)  # assigned partitions only: never joins a group
-    stamps: dict[int, list[int]] = {p: [] for p in range(partitions)}
-    last = dict.fromkeys(range(partitions), -1)
-    try:
-        consumer.add({(topic, p): None for p in range(partitions)})
-        pending = set(range(partitions))
-        deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
-        while pending:
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"reading {topic}: partitions {sorted(pending)} unfinished")
-            messages = consumer.consume(10000, 0.5)
-            for msg in messages:
-                stamps[msg.partition()].append(msg.timestamp()[1])
-                last[msg.partition()] = msg.offset()
-            now = time.monotonic()
-            if messages:
-                quiet_since = now
-            for p in list(pending):
-                high = consumer.high_watermark((topic, p))
-                if (high is not None and high - last[p] - 1 <= 1) or now - quiet_since > 3.0:
-                    pending.discard(p)
-    finally:
-        consumer.close()
-    return stamps
+def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> bool:
+    """Print and check the outputs that use time: the quiet alerts (a stream-time
+    punctuator) and the last hour's payments (a TTL store), against the reference."""
+    records = [orjson.loads(v) for _, v in read_topic(settings, app.QUIET) if v]
+    got = {sample_data.quiet_id(a): a for a in records}
+    want = expected.quiet
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    differing = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+    quiet_ok = not (missing or extra or differing)
+    print(
+        f"quiet accounts:     {len(got)} alerts, {len(records) - len(got)} duplicate records "
+        f"(reference: {len(want)}) -> "
+        + _verdict(quiet_ok, missing=missing, extra=extra, different=differing)
+    )
+    recent_topic = app.build().build().store(app.RECENT)[1].changelog(settings.application_id)
+    table = _fold_changelog(settings, recent_topic, ttl=True)
+    lost = sorted(k for k, v in expected.recent.items() if table.get(k) != v)
+    wrong = sorted(k for k, v in table.items() if expected.written.get(k) != v)
+    recent_ok = not (lost or wrong)
+    swept = len(expected.written) - len(table)
+    print(
+        f"last hour:          {len(expected.recent)} payments younger than an hour of their "
+        f"task's stream time in {app.RECENT}; {swept} of the "
+        f"{len(expected.written) - len(expected.recent)} older ones expired and tombstoned "
+        "so far -> " + _verdict(recent_ok, missing_or_different=lost, unexpected=wrong)
+    )
+    return quiet_ok and recent_ok
 
 
-def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partitions: int) -> None:
+def _print_tasks(traffic: Traffic, arrivals: dict[int, list[int]], partitions: int) -> None:
     """Per task: its longest stall after each membership change and over the whole run, and
     what each (re)started worker restored for it against the changelog's length then."""
     print("membership changes (seconds after the first payment):")
@@ -212,7 +210,7 @@ def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partit
             )
         )
         print(f"  {h.at:5.1f}s  {h.what}: {after}")
-    stamps = _changelog_timestamps(settings, totals_topic, partitions)
+    stamps = arrivals
     ends = [h.wall_ms for h in traffic.happenings[1:]] + [traffic.end_ms]
     windows = [(h.wall_ms, end) for h, end in zip(traffic.happenings, ends, strict=True)]
     headers = [f"stall after {h.what}" for h in traffic.happenings] + ["whole run"]
@@ -232,7 +230,8 @@ def _print_tasks(settings: Settings, totals_topic: str, traffic: Traffic, partit
         rows.append([task, *cells])
     widths = [max(len(c) for c in col) for col in zip(["task", *headers], *rows, strict=True)]
     print(
-        f"per task: its longest stall (silence of its {app.TOTALS} changelog partition, which "
+        f"per task: its longest stall (silence of its {app.TOTALS} changelog partition, to a reader "
+        "following it, which "
         f"every commit writes, every {WORKER_SETTINGS['commit.interval.ms']} ms) after each "
         "change, until the next, and whether it stayed on its worker, moved, or was on the "
         "restarted one; the records a (re)started worker restored for it once active, of "
@@ -254,30 +253,41 @@ def _get(url: str) -> tuple[int, str, str]:
         connection.close()
 
 
-def where_to_look(port: int | None, key: str) -> list[str]:
-    """Where an operator looks: the metrics URL and an interactive query with its answer.
+def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
+    """Where an operator looks: the metrics URL and two interactive queries with their
+    answers: the account's totals, and its payments of the last hour (a prefix query
+    on its partition).
 
-    The query runs while the workers are still up; a 307 (the key's task is active on the
-    other worker) is shown and followed once.
+    The queries run while the workers are still up; a 307 (the task is active on another
+    worker) is shown and followed once.
     """
     if port is None:
         return []
     base = f"http://127.0.0.1:{port}"
-    url = f"{base}/stores/{app.TOTALS}/keys/{key}"
+    partition = partition_for(key.encode(), partitions)
+    prefix = urllib.parse.quote(f"{key}|")
     lines = [
         "",
         "where to look while workers run (this run's ports; every run picks new ones):",
         f"  metrics:  {base}/metrics   (also /healthz, /readyz, /tasks)",
-        f"  query:    curl -sL {url}",
     ]
-    try:
-        status, location, body = _get(url)
-        if status == 307:
-            lines.append(f"            -> 307, the key's task is active at {location}")
-            status, _, body = _get(location)
-        lines.append(f"            -> {status} {body}  (asked before the workers stopped)")
-    except OSError as exc:
-        lines.append(f"            -> no answer ({exc})")
+    for url, show in (
+        (f"{base}/stores/{app.TOTALS}/keys/{key}", lambda body: body),
+        (
+            f"{base}/stores/{app.RECENT}/prefix?prefix={prefix}&partition={partition}",
+            lambda body: f"{len(orjson.loads(body)['items'])} payments in the last hour",
+        ),
+    ):
+        lines.append(f"  query:    curl -sL '{url}'")
+        try:
+            status, location, body = _get(url)
+            if status == 307:
+                lines.append(f"            -> 307, the task is active at {location}")
+                status, _, body = _get(location)
+            shown = show(body) if status == 200 else body
+            lines.append(f"            -> {status} {shown}  (asked before the workers stopped)")
+        except (OSError, ValueError) as exc:
+            lines.append(f"            -> no answer ({exc})")
     lines.append("  more:     docs/operations.md (endpoints, state tools, deployment)")
     return lines
 

@@ -57,6 +57,7 @@ class Traffic:
     start_ms: int
     end_ms: int
     happenings: list[Happening]
+    clock: sample_data.EventClock  # payment n's event time
 
 
 def _wall_ms() -> int:
@@ -115,8 +116,13 @@ def produce_for(
     rate: int,
     workers: list[DemoWorker],
     schedule: list[tuple[float, str, Callable[[float], DemoWorker]]],
+    clock: sample_data.EventClock,
+    quiet: dict[str, int],
 ) -> Traffic:
     """``rate`` payments a second for ``duration`` seconds; a progress line every 10 s.
+
+    Payment ``n`` carries the event time ``clock.at(n)``; the accounts of ``quiet`` stop
+    paying from their payment number on (``sample_data.payments``).
 
     ``schedule``: (seconds after the first payment, what, action) run on time, each
     action (re)starting one worker, whose readiness is then followed.
@@ -144,8 +150,9 @@ def produce_for(
         if time.monotonic() >= started + second:
             for w in workers:
                 w.check_alive()
-            chunk = list(sample_data.payments(accts, rate, start=len(stream)))
-            produce_records(settings, app.PAYMENTS, chunk, STR, JSON)
+            chunk = list(sample_data.payments(accts, rate, start=len(stream), quiet=quiet))
+            times = clock.times(len(stream), rate)
+            produce_records(settings, app.PAYMENTS, chunk, STR, JSON, timestamps=times)
             stream.extend(chunk)
             second += 1
             if second % 10 == 0:
@@ -155,7 +162,7 @@ def produce_for(
         time.sleep(min(0.1, max(0.0, started + second - time.monotonic())))  # pacing
     if happenings:
         happenings[-1].after = _owners(workers)
-    return Traffic(stream, started, start_ms, _wall_ms(), happenings)
+    return Traffic(stream, started, start_ms, _wall_ms(), happenings, clock)
 
 
 def wait_drained(workers: list[DemoWorker], traffic: Traffic, timeout: float) -> float | None:

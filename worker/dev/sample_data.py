@@ -9,13 +9,14 @@ small, reproducible fraction of payments are far outside their account's profile
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from worker.config import Settings
 from worker.examples import payments as app
 from worker.kafka.admin import Admin, TopicSpec
+from worker.partitioner import partition_for
 
 
 def create_example_topics(settings: Settings, partitions: int) -> None:
@@ -27,6 +28,7 @@ def create_example_topics(settings: Settings, partitions: int) -> None:
             TopicSpec(app.PAYMENTS, partitions),
             TopicSpec(app.PROFILES, partitions, {"cleanup.policy": "compact"}),
             TopicSpec(app.ALERTS, partitions),
+            TopicSpec(app.QUIET, partitions),
         ]
     )
 
@@ -55,13 +57,46 @@ def profiles(accts: list[Account], history: int = 50) -> Iterator[tuple[str, dic
         yield acct.id, {"mean": acct.mean, "std": acct.std, "n": history}
 
 
+@dataclass(frozen=True, slots=True)
+class EventClock:
+    """The event time of generated payments: payment ``n`` is made at ``base_ms + n *
+    step_ms``, so a reference computation knows every payment's time from its number."""
+
+    base_ms: int
+    step_ms: int
+
+    def at(self, n: int) -> int:
+        return self.base_ms + n * self.step_ms
+
+    def times(self, start: int, count: int) -> list[int]:
+        return [self.at(n) for n in range(start, start + count)]
+
+
+def going_quiet(accts: list[Account], how_many: int, first: int, every: int) -> dict[str, int]:
+    """``how_many`` accounts, spread over ``accts``, that stop paying: the j-th from payment
+    number ``first + j * every`` on (for ``payments(quiet=)``)."""
+    step = max(1, len(accts) // max(1, how_many))
+    return {accts[j * step].id: first + j * every for j in range(min(how_many, len(accts)))}
+
+
 def payments(
-    accts: list[Account], count: int, seed: int = 11, anomaly_rate: float = 0.01, start: int = 0
+    accts: list[Account],
+    count: int,
+    seed: int = 11,
+    anomaly_rate: float = 0.01,
+    start: int = 0,
+    quiet: Mapping[str, int] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, value) records for the ``payments`` stream; ids are ``p-<n>`` from ``start``."""
+    """(key, value) records for the ``payments`` stream; ids are ``p-<n>`` from ``start``.
+
+    ``quiet``: account id -> the payment number from which that account pays no more
+    (some accounts must stay active).
+    """
     rng = random.Random(seed + start)
     for n in range(start, start + count):
         acct = accts[rng.randrange(len(accts))]
+        while quiet and quiet.get(acct.id, n + 1) <= n:
+            acct = accts[rng.randrange(len(accts))]
         if rng.random() < anomaly_rate:
             amount = acct.mean + rng.choice((-1, 1)) * acct.std * rng.uniform(6, 10)
         else:
@@ -70,15 +105,65 @@ def payments(
         yield acct.id, value
 
 
+@dataclass
+class Reference:
+    """What the example app must output for a payment stream, computed in plain Python."""
+
+    totals: dict[str, dict[str, Any]] = field(default_factory=dict)  # account -> totals
+    alerts: dict[str, dict[str, Any]] = field(default_factory=dict)  # payment id -> alert
+    quiet: dict[str, dict[str, Any]] = field(default_factory=dict)  # quiet_id -> alert
+    written: dict[str, int] = field(default_factory=dict)  # every recent-payments key
+    recent: dict[str, int] = field(default_factory=dict)  # ... unexpired at the end
+
+
+def quiet_id(alert: dict[str, Any]) -> str:
+    """A quiet alert's identity: the account and the last payment it was quiet after."""
+    return f"{alert['account']}@{alert['last_payment_ms']}"
+
+
 def reference(
-    profile_table: dict[str, dict[str, Any]], stream: list[tuple[str, dict[str, Any]]]
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Plain-Python result of the example app: (totals per account, alerts by payment id)."""
-    totals: dict[str, dict[str, Any]] = {}
-    alerts: dict[str, dict[str, Any]] = {}
-    for account, payment in stream:
-        totals[account] = app.next_totals(totals.get(account), payment)
+    profile_table: dict[str, dict[str, Any]],
+    stream: list[tuple[str, dict[str, Any]]],
+    clock: EventClock,
+    partitions: int,
+) -> Reference:
+    """Plain-Python result of the example app over ``stream`` (payment ``n`` at
+    ``clock.at(n)``, in time order), once every payment is processed and committed.
+
+    Its quiet alerts do not depend on when punctuations ran (``payments`` module doc):
+    an account alerts for a last payment when the payment after it comes on or after
+    ``quiet_at`` of it, or, for its final one, when its task's final stream time (the
+    latest payment time of its partition) reaches ``quiet_at``. ``recent`` holds the keys
+    younger than an hour at that final stream time; older ones are expired (absent from
+    queries, deleted and tombstoned as the sweep reaches them).
+    """
+    out = Reference()
+    stream_time: dict[int, int] = {}
+
+    def partition_of(account: str) -> int:
+        return partition_for(account.encode(), partitions)  # the STR serde
+
+    for n, (account, payment) in enumerate(stream):
+        at = clock.at(n)
+        partition = partition_of(account)
+        stream_time[partition] = max(stream_time.get(partition, -1), at)
+        current = out.totals.get(account)
+        quiet = app.quiet_alert(account, current, at)
+        if quiet is not None:
+            out.quiet[quiet_id(quiet)] = quiet
+        out.totals[account] = app.next_totals(current, payment, at)
+        out.written[app.recent_key(account, at, payment["id"])] = payment["amount_cents"]
         alert = app.alert_for(payment, profile_table.get(account))
         if alert is not None:
-            alerts[payment["id"]] = alert
-    return totals, alerts
+            out.alerts[payment["id"]] = alert
+    final = {a: stream_time[partition_of(a)] for a in out.totals}
+    for account, totals in out.totals.items():
+        quiet = app.quiet_alert(account, totals, final[account])
+        if quiet is not None:
+            out.quiet[quiet_id(quiet)] = quiet
+            totals["quiet_alerted"] = True
+    for key, amount in out.written.items():
+        account, written_at, _ = key.split("|")
+        if int(written_at) > final[account] - app.HOUR_MS:
+            out.recent[key] = amount
+    return out

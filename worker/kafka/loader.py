@@ -30,8 +30,14 @@ def produce_records(
     key_serde: Serde,
     value_serde: Serde,
     timeout: float = 60.0,
+    *,
+    timestamps: Iterable[int] | None = None,
 ) -> int:
-    """Produce (key, value) pairs; return the number acknowledged or raise LoadFailed."""
+    """Produce (key, value) pairs; return the number acknowledged or raise LoadFailed.
+
+    ``timestamps``: each record's timestamp in ms, in step with ``records`` (the
+    producer's clock when absent).
+    """
     config = base_config(settings, "loader")
     config.update(
         {
@@ -52,11 +58,15 @@ def produce_records(
         else:
             errors.append(str(err))
 
+    times = iter(timestamps) if timestamps is not None else None
     for key, value in records:
         payload = (key_serde.serialize(key), value_serde.serialize(value))
+        stamp = 0 if times is None else next(times)  # 0: the producer's clock
         while True:
             try:
-                producer.produce(topic, payload[1], payload[0], on_delivery=on_delivery)
+                producer.produce(
+                    topic, payload[1], payload[0], on_delivery=on_delivery, timestamp=stamp
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
