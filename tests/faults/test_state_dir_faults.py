@@ -202,5 +202,5 @@ def test_a_read_only_state_dir_stops_the_worker_clearly_and_leaves_no_corrupt_st
         lambda: _chmod_tree(app_dir, writable=True),
     )
 
-    assert "Permission denied" in error or "read-only" in error.lower(), error
+    assert "permission denied" in error.lower() or "read-only" in error.lower(), error
     assert str(app_dir) in error, error
