@@ -12,19 +12,11 @@ is going and returns what came of it as messages (:class:`Assigned`, :class:`Los
 processing loop applies them between batches, so records keep flowing, restores and
 standbys keep reading and HTTP keeps answering while the group rebalances.
 
-Commits through a rebalance. A transactional offset commit is fenced by the generation
-it names, never by the group's state: Kafka's coordinator (``ClassicGroup
-.validateOffsetCommit``, and ``GroupCoordinator.validateOffsetCommit`` before it) checks
-only that the member is in the group and that the generation is the group's current one
-(plain offset commits are refused while the group completes a rebalance; transactional
-ones are not). Whenever the member holds a generation it therefore names the newest it
-knows (:attr:`GroupMember.commit_generation`): the one it was in while its JoinGroup
-waits for the others, the new one from the JoinGroup answer while the assignment is
-synced. Its tasks stay its own through both phases (cooperative: the leader moves no
-task out of a generation in which its owner still holds it). A commit that races the
-JoinGroup answer names the generation just ended and is refused (``ILLEGAL_GENERATION``):
-under exactly-once its transaction aborts and the running tasks are revived
-(docs/platform-notes.md). The test broker checks no generation at all.
+Commits through a rebalance. Kafka's coordinator fences a transactional offset commit by
+the generation it names, never by the group's state (docs/platform-notes.md), so whenever
+the member holds a generation it names the newest it knows
+(:attr:`GroupMember.commit_generation`), joining and syncing included; one that raced the
+JoinGroup answer is refused and under exactly-once revives the running tasks.
 
 Cooperative rebalancing (KIP-429). The assignor declares the cooperative protocol, the
 subscription carries the tasks this member owns, and the leader never makes a task
@@ -67,10 +59,7 @@ from worker.assignment.model import Subscription
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock
 from worker.config import Settings
-from worker.errors import (
-    FatalError,
-    RebalanceInProgress,
-)
+from worker.errors import FatalError, RebalanceInProgress
 from worker.events import (
     MEMBERSHIP_ASSIGNED,
     MEMBERSHIP_CLOSED,
@@ -199,9 +188,8 @@ class GroupMember:
     def coordinator_known(self) -> bool:
         """Whether the coordinator is known and answering: False while the broker is away
         (for readiness; see :func:`group_coordinator.coordinator_reachable`)."""
-        return self._consumer is not None and group_coordinator.coordinator_reachable(
-            self._consumer
-        )
+        consumer = self._consumer
+        return consumer is not None and group_coordinator.coordinator_reachable(consumer)
 
     @property
     def commit_generation(self) -> tuple[int, str] | None:
@@ -226,9 +214,8 @@ class GroupMember:
     @property
     def assigned_partitions(self) -> frozenset[TP]:
         """What the group gave this member: exactly the source partitions of its actives."""
-        if self._consumer is None:
-            return frozenset()
-        return frozenset((tp.topic, tp.partition) for tp in self._consumer.assignment())
+        owned = self._consumer.assignment() if self._consumer is not None else ()
+        return frozenset((tp.topic, tp.partition) for tp in owned)
 
     def poll(self) -> list[MembershipEvent]:
         """Keep the membership alive and move rebalances on; never blocks. In order:
@@ -363,9 +350,9 @@ class GroupMember:
         """Synchronously commit next-offsets-to-consume, each with its ``metadata`` string
         (the task's stream time), fenced by the current generation.
 
-        Raises RebalanceInProgress while the group rebalances (kafka-python's commit
-        needs a settled generation; retry then, every task is still ours), TaskMigrated when the group went on without this member, and
-        KafkaUnavailable on timeouts or no coordinator.
+        Raises RebalanceInProgress while the group rebalances (kafka-python's commit needs a
+        settled generation; retry then), TaskMigrated when the group went on without this
+        member, and KafkaUnavailable on timeouts or no coordinator.
         """
         if not offsets:
             return
