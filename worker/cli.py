@@ -105,6 +105,8 @@ def start(config: Path | None, sets: tuple[str, ...], state_dir: Path | None, ap
     _install_signal_handlers(worker.request_stop)
     try:
         code = worker.run()
+    except ConfigError as exc:  # found at start: the HTTP token and TLS files
+        _fail(str(exc), 2)
     except WorkerError as exc:
         _fail(str(exc), 1)
     sys.exit(code)

@@ -10,14 +10,14 @@ Every value is validated before anything starts; an error names the key
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from worker.endpoint import bracketed, parse_endpoint
 from worker.errors import ConfigError
 
 ENV_PREFIX = "WORKER_"
@@ -85,6 +85,21 @@ class Settings(BaseModel):
     http_host: str = Field("127.0.0.1", alias="http.host", min_length=1)
     http_port: int = Field(8080, alias="http.port", ge=0, le=65535)
     application_server: str = Field("", alias="application.server")
+    # -- HTTP access and limits (worker/http/security.py, worker/http/limits.py) --------
+    # The bearer token: from the environment (WORKER_HTTP_AUTH_TOKEN, from a Secret) or
+    # from a file; SecretStr keeps it out of reprs and `config show`.
+    http_auth_token: SecretStr = Field(SecretStr(""), alias="http.auth.token")
+    http_auth_file: str = Field("", alias="http.auth.file")
+    # Serve the query API without credentials on a non-loopback http.host (a trusted
+    # network, or a NetworkPolicy that admits only the clients).
+    http_query_unauthenticated: bool = Field(False, alias="http.query.unauthenticated")
+    http_tls_cert_file: str = Field("", alias="http.tls.cert.file")
+    http_tls_key_file: str = Field("", alias="http.tls.key.file")
+    http_tls_ca_file: str = Field("", alias="http.tls.ca.file")
+    http_max_requests: int = Field(16, alias="http.max.requests", ge=1, le=1024)
+    http_max_connections: int = Field(512, alias="http.max.connections", ge=8, le=65536)
+    http_socket_timeout_ms: int = Field(10000, alias="http.socket.timeout.ms", ge=100)
+    # -- end of HTTP access and limits -------------------------------------------------
     session_timeout_ms: int = Field(10000, alias="session.timeout.ms", ge=1000)
     heartbeat_interval_ms: int = Field(3000, alias="heartbeat.interval.ms", ge=100)
     max_poll_interval_ms: int = Field(300000, alias="max.poll.interval.ms", ge=1000)
@@ -116,8 +131,8 @@ class Settings(BaseModel):
     @field_validator("application_server")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        if value and not re.fullmatch(r"[^:\s]+:\d{1,5}", value):
-            raise ValueError("must be host:port")
+        if value:
+            parse_endpoint(value)  # BadEndpoint is a ValueError naming what is wrong
         return value
 
     @field_validator("max_record_bytes")
@@ -195,7 +210,7 @@ class Settings(BaseModel):
 
     def endpoint(self) -> str:
         """The host:port other instances use to reach this one's HTTP API."""
-        return self.application_server or f"{self.http_host}:{self.http_port}"
+        return self.application_server or f"{bracketed(self.http_host)}:{self.http_port}"
 
     def kafka_passthrough(self) -> dict[str, str]:
         """librdkafka settings given by the operator, applied to every client."""

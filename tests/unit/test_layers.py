@@ -34,6 +34,7 @@ PACKAGES += ("spark", "state", "tasks", "tools")
 FOUNDATION = (
     "clock",
     "config",
+    "endpoint",
     "errors",
     "events",
     "lifecycle",

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from worker.assignment.model import UserDataError, decode_routing
+from worker.http.peer import Peer
 from worker.observability import get_logger
 from worker.runtime.status import Routing
 
@@ -45,6 +46,7 @@ RETRY_SECONDS = 1.0
 # The routing map of a thousand members and ten thousand tasks is ~60 KB; anything far
 # larger is not a routing map.
 MAX_MAP_BYTES = 16 * 1024 * 1024
+PLAIN = Peer()
 
 
 class RoutingUnavailable(Exception):
@@ -54,13 +56,13 @@ class RoutingUnavailable(Exception):
 Fetch = Callable[[str, float], bytes]
 
 
-def fetch_routing(endpoint: str, timeout: float) -> bytes:
-    """``GET /routing`` on ``endpoint`` (host:port); raises RoutingUnavailable."""
-    host, _, port = endpoint.rpartition(":")
+def fetch_routing(endpoint: str, timeout: float, peer: Peer = PLAIN) -> bytes:
+    """``GET /routing`` on ``endpoint`` (host:port) as ``peer`` says (HTTPS, token);
+    raises RoutingUnavailable."""
     try:
-        connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        connection = peer.connection(endpoint, timeout)
         try:
-            connection.request("GET", ROUTING_PATH)
+            connection.request("GET", ROUTING_PATH, headers=dict(peer.headers()))
             response = connection.getresponse()
             body = response.read(MAX_MAP_BYTES + 1)
         finally:

@@ -24,7 +24,9 @@ against the processing thread closing the store at any moment (it raises
    ``X-Worker-Standby-Lag`` (records behind the changelog, or ``unknown``);
 5. the latest assignment puts the task's active on another instance -> 307 to the same
    path and query on that instance's endpoint (``Location``, ``X-Worker-Endpoint``);
-   with ``allow_stale=true`` and no active known, to an instance with a standby;
+   with ``allow_stale=true`` and no active known, to an instance with a standby. The
+   server adds a hop marker to the path, and a request that arrived with one is never
+   redirected again (:mod:`worker.http.targets`);
 6. otherwise (no assignment yet, rebalancing, the active here is restoring) -> 503 with
    ``Retry-After``.
 
@@ -108,8 +110,10 @@ class QueryRouter:
         topology: BuiltTopology,
         status: Callable[[], Status],
         directory: RoutingDirectory | None = None,
+        scheme: str = "http",
     ) -> None:
         self._status = status
+        self._scheme = scheme  # of redirects: the group's members share their TLS settings
         self._directory = directory if directory is not None else RoutingDirectory()
         self._stores: dict[str, tuple[Subtopology, StoreSpec]] = {
             spec.name: (st, spec) for st in topology.subtopologies for spec in st.stores
@@ -182,7 +186,7 @@ class QueryRouter:
                 (h for h in routing.standby_hosts_of(task_id) if h != routing.endpoint), None
             )
         if target is not None and target != routing.endpoint:
-            return redirect(query, task_id, target)
+            return redirect(query, task_id, target, self._scheme)
         if local is not None:
             why = f"task {task_id} is {local.kind} and {local.state} here"
         elif target == routing.endpoint:
@@ -267,8 +271,8 @@ def _read(query: _Query, task_id: TaskId, local: TaskStatus, stale: bool) -> Rep
     return Reply(200, body, headers)
 
 
-def redirect(query: Routed, task_id: TaskId, endpoint: str) -> Reply:
-    location = f"http://{endpoint}{query.path}"
+def redirect(query: Routed, task_id: TaskId, endpoint: str, scheme: str = "http") -> Reply:
+    location = f"{scheme}://{endpoint}{query.path}"
     return Reply(
         307,
         {

@@ -21,26 +21,36 @@
                                      that holds it (:mod:`worker.http.directory`)
 ===================================  ==================================================
 
-Runs in daemon threads with the standard library server: the endpoints are cheap, and
-the only shared data is the immutable status snapshot the processing loop publishes (and
-the stores in it, read through their thread-safe ``get_committed``). Every answer but
-``/metrics`` and ``/routing`` is JSON; errors are ``{"error": "..."}`` with a 4xx or 5xx
-code.
+Runs in daemon threads with the standard library server, bounded (connections,
+concurrent queries, socket timeouts: :mod:`worker.http.limits`): the endpoints are
+cheap, and the only shared data is the immutable status snapshot the processing loop
+publishes (and the stores in it, read through their thread-safe ``get_committed``).
+``/healthz``, ``/readyz`` and ``/metrics`` answer anyone; every other path needs what
+:mod:`worker.http.security` says (a token, a client certificate, or a loopback
+address). Every answer but ``/metrics`` and ``/routing`` is JSON, errors included
+(``{"error": "..."}`` with a 4xx or 5xx code, the standard library's own 400, 414, 431
+and 501 too).
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from email.message import Message
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from worker.endpoint import is_loopback
 from worker.errors import FatalError
-from worker.http.queries import QueryRouter, Reply
+from worker.http.limits import BoundedServer, HttpLimits, RequestSlots
+from worker.http.queries import ENDPOINT_HEADER, TASK_HEADER, QueryRouter, Reply
 from worker.http.ranges import PARAMETERS, RangeQueries
+from worker.http.security import PUBLIC_PATHS, Access, HttpSecurity
+from worker.http.targets import HOP_HEADER, BadTarget, Target, decode, parameters, parse_target
 from worker.http.windows import PARAMETERS as WINDOW_PARAMETERS
 from worker.http.windows import WindowQueries
 from worker.observability import Metrics, get_logger
@@ -58,7 +68,9 @@ class HttpServer:
     """The HTTP endpoints of one worker. ``queries`` is None when there is no topology to
     query (the interactive-query and ``/tasks`` paths then answer 404). ``status`` hands
     out the latest snapshot with its liveness already judged (``Worker.status``): this
-    thread never reads a clock of its own.
+    thread never reads a clock of its own. ``security`` defaults to plain HTTP with the
+    query API open on a loopback ``host`` and off elsewhere; ``limits`` to
+    :class:`~worker.http.limits.HttpLimits`' defaults.
 
     Construction binds the port: raises FatalError, naming ``http.port``, when it cannot
     (most often another worker process on the host has it: each needs its own).
@@ -71,21 +83,29 @@ class HttpServer:
         metrics: Metrics,
         status: Callable[[], Status],
         queries: QueryRouter | None = None,
+        security: HttpSecurity | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         self._metrics = metrics
         self._status = status
         self._queries = queries
         self._ranges = None if queries is None else RangeQueries(queries)
         self._windows = None if queries is None else WindowQueries(queries)
+        self._security = security or HttpSecurity(
+            Access(open=is_loopback(host), off_reason=f"http.host {host!r} is not loopback")
+        )
+        self._limits = limits or HttpLimits()
+        self._slots = RequestSlots(self._limits.max_requests)
         handler = self._handler_class()
         try:
-            self._server = ThreadingHTTPServer((host, port), handler)
+            self._server = BoundedServer(
+                (host, port), handler, self._limits, self._security.server_context
+            )
         except OSError as exc:
             raise FatalError(
                 f"http.port: cannot listen on {host}:{port}: {exc.strerror or exc}; every "
                 "worker process on a host needs its own http.port"
             ) from exc
-        self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": _POLL_SECONDS},
@@ -97,6 +117,11 @@ class HttpServer:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
+    @property
+    def connections(self) -> int:
+        """Connection threads running now (bounded by ``http.max.connections``)."""
+        return self._server.connections
+
     def start(self) -> None:
         self._thread.start()
 
@@ -104,10 +129,18 @@ class HttpServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def route(self, raw_path: str) -> Reply:
-        """The JSON answer to ``GET raw_path`` (every path but ``/metrics``)."""
-        parts = urlsplit(raw_path)
-        path = parts.path
+    def route(self, raw_path: str, hop_header: str | None = None) -> Reply:
+        """The JSON answer to ``GET raw_path`` (every path but ``/metrics``), once the
+        request may be answered (access and slots are the handler's)."""
+        try:
+            return self._answer(parse_target(raw_path, hop_header))
+        except BadTarget as exc:
+            return Reply(400, {"error": f"bad request target: {exc}"})
+        except UnicodeDecodeError:
+            return Reply(400, {"error": "the path is not valid percent-encoded UTF-8"})
+
+    def _answer(self, target: Target) -> Reply:
+        path = target.path
         if path == "/healthz":
             status = self._status()  # liveness judged by the worker, on its clock
             alive = status.alive
@@ -128,16 +161,17 @@ class HttpServer:
         if self._queries is not None and path == "/routing":
             return self._queries.routing_map()
         if self._queries is not None and len(segments) >= 2 and segments[1] == "stores":
-            origin = path + (f"?{parts.query}" if parts.query else "")  # kept for redirects
-            return self._store_query(segments, parts.query, origin)
+            reply = self._store_query(segments, target)
+            return _misrouted(reply) if target.hopped and reply.status == 307 else reply
         return Reply(404, {"error": f"no such endpoint: {path}"})
 
-    def _store_query(self, segments: list[str], query: str, origin: str) -> Reply:
+    def _store_query(self, segments: list[str], target: Target) -> Reply:
         assert self._queries is not None and self._ranges is not None
         assert self._windows is not None
+        origin = target.redirect_origin
         if len(segments) == 4 and segments[3] in PARAMETERS | WINDOW_PARAMETERS:
-            last = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-            store = unquote(segments[2], errors="strict")
+            last = {k: v[-1] for k, v in parameters(target.query).items()}
+            store = decode(segments[2])
             if segments[3] in WINDOW_PARAMETERS:
                 return self._windows.get(store, segments[3], last, origin)
             return self._ranges.get(store, segments[3], last, origin)
@@ -149,29 +183,50 @@ class HttpServer:
                     "%2F), /stores/{store}/range or /stores/{store}/prefix"
                 },
             )
-        params = parse_qs(query, keep_blank_values=True)
+        params = parameters(target.query)
         unknown = sorted(set(params) - {"allow_stale"})
         if unknown:
             return Reply(400, {"error": f"unknown query parameters: {unknown}"})
         stale_text = params.get("allow_stale", ["false"])[-1].lower()
         if stale_text not in _TRUE | _FALSE:
             return Reply(400, {"error": f"allow_stale must be true or false, got {stale_text!r}"})
-        store = unquote(segments[2], errors="strict")
-        key = unquote(segments[4], errors="strict")
+        store = decode(segments[2])
+        key = decode(segments[4])
         return self._queries.get(store, key, stale_text in _TRUE, origin)
+
+    def _guarded(self, raw_path: str, headers: Message, peer: object) -> Reply:
+        """A query-API request: credentials first, then a slot, then the answer."""
+        denied = self._security.access.check(headers.get("Authorization"), peer)
+        if denied is not None:
+            return denied
+        if not self._slots.try_take():
+            return Reply(
+                503,
+                {"error": f"too many queries at once (http.max.requests = {self._slots.size})"},
+                {"Retry-After": "1"},
+            )
+        try:
+            return self.route(raw_path, headers.get(HOP_HEADER))
+        finally:
+            self._slots.give_back()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                if urlsplit(self.path).path == "/metrics":
+                try:
+                    path = parse_target(self.path).path
+                except BadTarget:
+                    path = ""  # not public: the route answers the 400 after the checks
+                if path == "/metrics":
                     self._send(200, generate_latest(outer._metrics.registry), CONTENT_TYPE_LATEST)
                     return
                 try:
-                    reply = outer.route(self.path)
-                except UnicodeDecodeError:
-                    reply = Reply(400, {"error": "the path is not valid percent-encoded UTF-8"})
+                    if path in PUBLIC_PATHS:
+                        reply = outer.route(self.path)
+                    else:
+                        reply = outer._guarded(self.path, self.headers, self._peer())
                 except Exception as exc:  # a bug: answer, log, keep serving
                     _log.exception("http.error", path=self.path)
                     reply = Reply(500, {"error": f"internal error: {type(exc).__name__}"})
@@ -179,6 +234,27 @@ class HttpServer:
                     self._send(reply.status, reply.body, "application/octet-stream", reply.headers)
                 else:
                     self._json(reply.status, reply.body, reply.headers)
+
+            def _peer(self) -> object:
+                """The client's verified certificate (mutual TLS), or None."""
+                if isinstance(self.connection, ssl.SSLSocket):
+                    return self.connection.getpeercert()
+                return None
+
+            def send_error(
+                self, code: int, message: str | None = None, explain: str | None = None
+            ) -> None:
+                """http.server's own errors (bad request line, 414, 431, 501) as JSON."""
+                self.close_connection = True
+                text = message or explain or HTTPStatus(code).phrase
+                payload = orjson.dumps({"error": text})
+                self.send_response(code, message)
+                self.send_header("Connection", "close")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                    self.wfile.write(payload)
 
             def _json(self, code: int, body: object, headers: Mapping[str, str]) -> None:
                 self._send(code, orjson.dumps(body), "application/json", headers)
@@ -202,3 +278,18 @@ class HttpServer:
                 return  # access logs would drown the structured log
 
         return Handler
+
+
+def _misrouted(redirect: Reply) -> Reply:
+    """The answer instead of a second redirect: the routing maps disagree for now."""
+    endpoint = redirect.headers.get(ENDPOINT_HEADER, "")
+    return Reply(
+        503,
+        {
+            "error": "misrouted: this request was redirected here already and this "
+            f"instance's routing map sends it on to {endpoint}; the instances' maps "
+            "disagree until the group's assignment settles: retry",
+            "endpoint": endpoint,
+        },
+        {"Retry-After": "1", TASK_HEADER: redirect.headers.get(TASK_HEADER, "")},
+    )

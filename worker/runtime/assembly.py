@@ -12,6 +12,7 @@ parts -> group member -> loop.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -21,7 +22,10 @@ from pathlib import Path
 from worker.assignment.model import Subscription
 from worker.clock import Clock
 from worker.config import Settings
+from worker.http.directory import RoutingDirectory, fetch_routing
+from worker.http.limits import HttpLimits
 from worker.http.queries import QueryRouter
+from worker.http.security import http_security
 from worker.http.server import HttpServer
 from worker.kafka.admin import Admin
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
@@ -86,15 +90,19 @@ def assemble(
     outcome: Outcome,
 ) -> Runtime:
     """Start every part in order; each release goes onto ``stack`` as soon as it exists."""
+    security = http_security(settings)  # ConfigError before anything starts
     state_dir = StateDirectory(state_root, settings.application_id)
     state_dir.open()
     stack.callback(state_dir.close)
+    directory = RoutingDirectory(functools.partial(fetch_routing, peer=security.peer))
     http = HttpServer(
         settings.http_host,
         settings.http_port,
         metrics,
         hooks.status,
-        QueryRouter(topology, hooks.status),
+        QueryRouter(topology, hooks.status, directory, security.scheme),
+        security,
+        HttpLimits.from_settings(settings),
     )
     http.start()
     stack.callback(http.stop)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
+from worker.endpoint import bracketed
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics
 
@@ -134,7 +135,7 @@ class Routing:
 def advertised_endpoint(application_server: str, http_host: str, bound_port: int) -> str:
     """The endpoint this instance announces: ``application.server`` if set, else the
     HTTP host with the port actually bound (``http.port = 0`` picks one)."""
-    return application_server or f"{http_host}:{bound_port}"
+    return application_server or f"{bracketed(http_host)}:{bound_port}"
 
 
 LagFn = Callable[[TaskId], int | None]

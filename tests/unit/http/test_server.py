@@ -111,7 +111,7 @@ def test_a_redirect_carries_the_other_endpoint_and_keeps_path_and_query(
     raw = "/stores/counts/keys/" + quote("a b/c", safe="") + "?allow_stale=false"
     code, headers, body = get_json(server, raw)
     assert code == 307
-    assert headers["Location"] == f"http://{OTHER}{raw}"
+    assert headers["Location"] == f"http://{OTHER}{raw}&hop=1"  # the hop marker
     assert body["redirect"] == headers["Location"]
 
 
