@@ -86,6 +86,9 @@ class Settings(BaseModel):
     http_port: int = Field(8080, alias="http.port", ge=0, le=65535)
     application_server: str = Field("", alias="application.server")
     # -- HTTP access and limits (worker/http/security.py, worker/http/limits.py) --------
+    # A second listener for /healthz, /readyz and /metrics only; -1: none (they are
+    # served on http.port as well either way).
+    http_management_port: int = Field(-1, alias="http.management.port", ge=-1, le=65535)
     # The bearer token: from the environment (WORKER_HTTP_AUTH_TOKEN, from a Secret) or
     # from a file; SecretStr keeps it out of reprs and `config show`.
     http_auth_token: SecretStr = Field(SecretStr(""), alias="http.auth.token")

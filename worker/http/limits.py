@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import socket
 import ssl
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from worker.config import Settings
+from worker.observability import get_logger
 
 BACKLOG = 1024
+
+_log = get_logger(component="http")
 
 _REFUSAL = b'{"error":"too many connections (http.max.connections); retry"}'
 _REFUSED = (
@@ -139,6 +143,13 @@ class BoundedServer(ThreadingHTTPServer):
             super().finish_request(wrapped, client_address)
         finally:
             self.shutdown_request(wrapped)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is not an error; anything else is logged
+        (socketserver would print a traceback to stderr)."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        _log.exception("http.connection_error", client=str(client_address))
 
     def _release(self) -> None:
         with self._lock:

@@ -70,10 +70,14 @@ class HttpServer:
     out the latest snapshot with its liveness already judged (``Worker.status``): this
     thread never reads a clock of its own. ``security`` defaults to plain HTTP with the
     query API open on a loopback ``host`` and off elsewhere; ``limits`` to
-    :class:`~worker.http.limits.HttpLimits`' defaults.
+    :class:`~worker.http.limits.HttpLimits`' defaults. With ``management_port`` a second
+    listener serves the public paths only (``/healthz``, ``/readyz``, ``/metrics``), with
+    its own accept loop and connection cap: however busy the query port is, probes and
+    scrapes do not wait behind its queue.
 
-    Construction binds the port: raises FatalError, naming ``http.port``, when it cannot
-    (most often another worker process on the host has it: each needs its own).
+    Construction binds the ports: raises FatalError, naming ``http.port`` or
+    ``http.management.port``, when it cannot (most often another worker process on the
+    host has it: each needs its own).
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class HttpServer:
         queries: QueryRouter | None = None,
         security: HttpSecurity | None = None,
         limits: HttpLimits | None = None,
+        management_port: int | None = None,
     ) -> None:
         self._metrics = metrics
         self._status = status
@@ -96,38 +101,61 @@ class HttpServer:
         )
         self._limits = limits or HttpLimits()
         self._slots = RequestSlots(self._limits.max_requests)
-        handler = self._handler_class()
-        try:
-            self._server = BoundedServer(
-                (host, port), handler, self._limits, self._security.server_context
+        self._server = self._listen("http.port", host, port, self._handler_class(False))
+        self._management: BoundedServer | None = None
+        if management_port is not None:
+            try:
+                self._management = self._listen(
+                    "http.management.port", host, management_port, self._handler_class(True)
+                )
+            except FatalError:
+                self._server.server_close()
+                raise
+        self._threads = [
+            threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": _POLL_SECONDS},
+                name=name,
+                daemon=True,
             )
+            for name, server in (("http", self._server), ("http-management", self._management))
+            if server is not None
+        ]
+
+    def _listen(
+        self, key: str, host: str, port: int, handler: type[BaseHTTPRequestHandler]
+    ) -> BoundedServer:
+        try:
+            return BoundedServer((host, port), handler, self._limits, self._security.server_context)
         except OSError as exc:
             raise FatalError(
-                f"http.port: cannot listen on {host}:{port}: {exc.strerror or exc}; every "
-                "worker process on a host needs its own http.port"
+                f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}; every "
+                f"worker process on a host needs its own {key}"
             ) from exc
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": _POLL_SECONDS},
-            name="http",
-            daemon=True,
-        )
 
     @property
     def port(self) -> int:
         return int(self._server.server_address[1])
 
     @property
+    def management_port(self) -> int | None:
+        """The port of the probes-and-metrics listener, None without one."""
+        return None if self._management is None else int(self._management.server_address[1])
+
+    @property
     def connections(self) -> int:
-        """Connection threads running now (bounded by ``http.max.connections``)."""
+        """Connection threads running now on ``http.port`` (``http.max.connections``)."""
         return self._server.connections
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        for server in (self._server, self._management):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
 
     def route(self, raw_path: str, hop_header: str | None = None) -> Reply:
         """The JSON answer to ``GET raw_path`` (every path but ``/metrics``), once the
@@ -210,7 +238,7 @@ class HttpServer:
         finally:
             self._slots.give_back()
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self, public_only: bool) -> type[BaseHTTPRequestHandler]:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -225,6 +253,8 @@ class HttpServer:
                 try:
                     if path in PUBLIC_PATHS:
                         reply = outer.route(self.path)
+                    elif public_only:
+                        reply = Reply(404, {"error": f"{path}: only probes and /metrics here"})
                     else:
                         reply = outer._guarded(self.path, self.headers, self._peer())
                 except Exception as exc:  # a bug: answer, log, keep serving

@@ -103,6 +103,7 @@ def assemble(
         QueryRouter(topology, hooks.status, directory, security.scheme),
         security,
         HttpLimits.from_settings(settings),
+        None if settings.http_management_port < 0 else settings.http_management_port,
     )
     http.start()
     stack.callback(http.stop)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import socket
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -93,13 +94,14 @@ def test_readyz_is_503_while_rebalancing_or_restoring_and_200_when_every_active_
     ]
 
 
+@pytest.mark.parametrize("query", ["", "?hop=1"])  # the hop marker is no lookup parameter
 def test_a_key_lookup_answers_json_with_the_routing_headers(
-    server: HttpServer, box: StatusBox, stores: Stores
+    server: HttpServer, box: StatusBox, stores: Stores, query: str
 ) -> None:
     key = key_on(1)
     stores.put("counts", key.encode(), b'{"count":2}')
     box.current = snapshot(stores, {"0_1": ("active", "running")}, {ME: ["0_1"]})
-    code, headers, body = get_json(server, f"/stores/counts/keys/{key}")
+    code, headers, body = get_json(server, f"/stores/counts/keys/{key}{query}")
     assert (code, body["value"]) == (200, {"count": 2})
     assert headers["X-Worker-Task"] == "0_1"
 
@@ -181,3 +183,89 @@ def test_a_port_in_use_is_a_fatal_error_naming_http_port(
 ) -> None:
     with pytest.raises(FatalError, match=r"http\.port: cannot listen on 127\.0\.0\.1:\d+"):
         HttpServer("127.0.0.1", server.port, Metrics(), box)
+
+
+def raw_exchange(server: HttpServer, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` bytes as they are; (status, headers, body) of the answer."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    if not answer.startswith(b"HTTP/"):
+        return 0, {}, answer  # an HTTP/0.9 answer: the body alone
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, body
+
+
+def test_a_raw_utf8_key_means_the_same_key_as_its_percent_encoding(
+    server: HttpServer, box: StatusBox, stores: Stores
+) -> None:
+    key = "ü-" + key_on(0)
+    stores.put("counts", key.encode(), b"3")
+    box.current = snapshot(stores, {t: ("active", "running") for t in ("0_0", "0_1", "0_2", "0_3")},
+                           {ME: ["0_0", "0_1", "0_2", "0_3"]})  # fmt: skip
+
+    raw = raw_exchange(server, b"GET /stores/counts/keys/" + key.encode() + b" HTTP/1.0\r\n\r\n")
+    encoded = get_json(server, "/stores/counts/keys/" + quote(key, safe=""))
+
+    assert (raw[0], orjson.loads(raw[2])["key"]) == (200, key)
+    assert encoded[2]["key"] == key
+
+
+@pytest.mark.parametrize(
+    "target",
+    [b"/stores/counts/keys/%zz", b"/stores/counts/keys/a%2", b"/stores/counts/keys/\xff\xfe",
+     b"/stores/counts/keys/k?allow_stale=%zz", b"/stores/counts/range?from=%ff"],
+)  # fmt: skip
+def test_bad_escapes_and_bytes_that_are_not_utf8_are_a_json_400(
+    server: HttpServer, target: bytes
+) -> None:
+    status, headers, body = raw_exchange(server, b"GET " + target + b" HTTP/1.0\r\n\r\n")
+
+    assert status == 400
+    assert headers["Content-Type"] == "application/json"
+    assert orjson.loads(body)["error"]
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "code"),
+    [
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.0\r\n\r\n", 414),
+        (b"POST /tasks HTTP/1.0\r\nContent-Length: 0\r\n\r\n", 501),
+        (b"BREW /pot HTTP/1.0\r\n\r\n", 501),
+        (b"GET /tasks HTTP/1.x\r\n\r\n", 0),  # no version: answered as HTTP/0.9
+        (b"GET / HTTP/9.9\r\n\r\n", 0),
+        (b"nonsense\r\n\r\n", 0),
+    ],
+)
+def test_the_standard_librarys_own_errors_are_json_too(
+    server: HttpServer, request_bytes: bytes, code: int
+) -> None:
+    status, headers, body = raw_exchange(server, request_bytes)
+
+    assert status == code
+    assert headers.get("Content-Type", "application/json") == "application/json"
+    assert orjson.loads(body)["error"]
+
+
+@pytest.mark.parametrize("marker", ["query", "header"])
+def test_a_request_redirected_once_is_never_redirected_again(
+    server: HttpServer, box: StatusBox, stores: Stores, marker: str
+) -> None:
+    box.current = snapshot(stores, {}, {OTHER: ["0_0", "0_1", "0_2", "0_3"]})
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    if marker == "query":
+        connection.request("GET", "/stores/counts/keys/k?allow_stale=false&hop=1")
+    else:
+        connection.request("GET", "/stores/counts/keys/k", headers={"X-Worker-Hop": "1"})
+    response = connection.getresponse()
+    body = orjson.loads(response.read())
+    connection.close()
+
+    assert response.status == 503
+    assert response.getheader("Retry-After") == "1"
+    assert response.getheader("Location") is None
+    assert body["endpoint"] == OTHER and "misrouted" in body["error"]
