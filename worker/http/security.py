@@ -57,6 +57,18 @@ class Access:
     open: bool = True
     off_reason: str = ""
 
+    @property
+    def mode(self) -> str:
+        """What opens the query API, for the start-up log line."""
+        ways = [
+            w
+            for w, on in (("token", self.token), ("client certificate", self.client_certificates))
+            if on
+        ]
+        if ways:
+            return " or ".join(ways)
+        return "open" if self.open else "off"
+
     def check(self, authorization: str | None, peer_certificate: object) -> Reply | None:
         """None when the request may be answered, else the 401/403 reply to send.
 

@@ -150,6 +150,14 @@ class HttpServer:
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+        _log.info(
+            "http.listening",
+            host=self._server.server_address[0],
+            port=self.port,
+            management_port=self.management_port,
+            tls=self._security.server_context is not None,
+            query_api=self._security.access.mode,
+        )
 
     def stop(self) -> None:
         for server in (self._server, self._management):
