@@ -36,9 +36,11 @@ WORKDIR /var/lib/worker
 VOLUME /var/lib/worker
 EXPOSE 8080
 
-# slim has no curl: probe /healthz with the interpreter that is already there.
+# slim has no curl: probe /healthz with the interpreter that is already there. The probe
+# reads the port (http.management.port, else http.port) and TLS from the same config
+# file and WORKER_* variables as the worker: no port is written here.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4).status != 200)"]
+    CMD ["python", "-m", "worker.http.probe", "--config", "/etc/worker/worker.toml"]
 
 # SIGTERM: stop fetching, commit, write .checkpoint files, leave the group, exit 0.
 STOPSIGNAL SIGTERM

@@ -43,7 +43,7 @@ def documents() -> dict[str, dict[str, Any]]:
 
 
 DOCS = documents()
-STANDARD_KINDS = ["ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget"]
+STANDARD_KINDS = ["ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget", "NetworkPolicy"]
 
 
 def container() -> dict[str, Any]:
@@ -174,8 +174,45 @@ def test_prometheus_annotations_point_at_the_metrics_port() -> None:
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/path"] == "/metrics"
     ports = {p["containerPort"] for p in container()["ports"]}
-    assert int(annotations["prometheus.io/port"]) in ports
+    assert int(annotations["prometheus.io/port"]) == shipped_settings().http_management_port
     assert shipped_settings().http_port in ports
+
+
+def test_probes_and_metrics_use_the_management_port_of_the_shipped_settings() -> None:
+    named = {p["name"]: p["containerPort"] for p in container()["ports"]}
+    assert named == {
+        "http": shipped_settings().http_port,
+        "management": shipped_settings().http_management_port,
+    }
+    for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
+        assert container()[probe]["httpGet"]["port"] == "management"
+    service_ports = {p["name"]: p["targetPort"] for p in DOCS["Service"]["spec"]["ports"]}
+    assert service_ports == {"http": "http", "management": "management"}
+    assert [e["port"] for e in DOCS["ServiceMonitor"]["spec"]["endpoints"]] == ["management"]
+
+
+def test_the_query_api_takes_its_token_from_an_optional_secret() -> None:
+    env = {e["name"]: e for e in container()["env"]}
+    ref = env["WORKER_HTTP_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref["optional"] is True  # without the Secret: the query API answers 403
+    assert shipped_settings().http_host == "0.0.0.0"
+    assert not shipped_settings().http_query_unauthenticated
+
+
+def test_the_pod_mounts_no_service_account_token() -> None:
+    assert DOCS["StatefulSet"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_the_network_policy_guards_both_ports_of_the_worker_pods() -> None:
+    policy = DOCS["NetworkPolicy"]["spec"]
+    pod_labels = DOCS["StatefulSet"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    by_port = {rule["ports"][0]["port"]: rule["from"] for rule in policy["ingress"]}
+    assert set(by_port) == {"http", "management"}
+    members = {"podSelector": {"matchLabels": dict(pod_labels)}}
+    assert members in by_port["http"]  # the workers route queries to each other
+    assert all(peer for peer in by_port["http"]), "no empty peer: that would admit all"
 
 
 def test_the_pod_runs_as_non_root_and_advertises_its_stable_dns_name() -> None:
@@ -336,7 +373,8 @@ def test_the_image_is_slim_non_root_with_the_state_dir_as_a_volume_and_a_healthc
     assert users and users[-1] not in ("root", "0")
     assert any(STATE_DIR in a for i, a in steps if i == "VOLUME")
     health = next(a for i, a in steps if i == "HEALTHCHECK")
-    assert "/healthz" in health
+    assert '"worker.http.probe"' in health  # /healthz on the port the settings name
+    assert not re.search(r":\d{2,5}\b|\b8080\b", health), "no port in the image"
     assert instructions.index("USER") > max(i for i, (k, _) in enumerate(steps) if k == "RUN")
     cmd = next(a for i, a in steps if i == "CMD")
     assert "--state-dir" in cmd and STATE_DIR in cmd
