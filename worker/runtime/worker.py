@@ -153,7 +153,6 @@ class Worker:
             WORKER_STARTING,
             process_id=rt.state_dir.process_id,
             http_port=rt.http.port,
-            management_port=rt.http.management_port,
             endpoint=self._routing.endpoint,
             application_id=settings.application_id,
             memory_bound_bytes=settings.memory_bound_bytes,
