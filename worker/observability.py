@@ -230,6 +230,13 @@ class Metrics:
         self.rebalances = Counter(
             "worker_rebalances_total", "Assignments received from the group", registry=r
         )
+        self.http_refused = Counter(
+            "worker_http_refused_total",
+            "HTTP requests or connections refused: connections, requests (the caps),"
+            " unauthorized, forbidden (the query API is off), misrouted (a second hop)",
+            ["reason"],
+            registry=r,
+        )
         self.membership_transitions = Counter(
             "worker_membership_transitions_total",
             "Group member state transitions (joining, syncing, revoking, stable, left)",

@@ -28,6 +28,7 @@ import socket
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -92,13 +93,14 @@ class BoundedServer(ThreadingHTTPServer):
         handler: type[BaseHTTPRequestHandler],
         limits: HttpLimits,
         tls: ssl.SSLContext | None,
+        on_refused: Callable[[], None] = lambda: None,
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.limits = limits
         self._tls = tls
+        self._on_refused = on_refused
         self._lock = threading.Lock()
         self._connections = 0
-        self.rejected = 0
         super().__init__(address, handler)
 
     @property
@@ -110,11 +112,10 @@ class BoundedServer(ThreadingHTTPServer):
         """In the accept loop: start the connection's thread, or refuse it when full."""
         with self._lock:
             full = self._connections >= self.limits.max_connections
-            if full:
-                self.rejected += 1
-            else:
+            if not full:
                 self._connections += 1
         if full:
+            self._on_refused()
             self._refuse(request)
             return
         try:

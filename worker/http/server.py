@@ -126,7 +126,13 @@ class HttpServer:
         self, key: str, host: str, port: int, handler: type[BaseHTTPRequestHandler]
     ) -> BoundedServer:
         try:
-            return BoundedServer((host, port), handler, self._limits, self._security.server_context)
+            return BoundedServer(
+                (host, port),
+                handler,
+                self._limits,
+                self._security.server_context,
+                self._metrics.http_refused.labels(reason="connections").inc,
+            )
         except OSError as exc:
             raise FatalError(
                 f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}; every "
@@ -198,7 +204,10 @@ class HttpServer:
             return self._queries.routing_map()
         if self._queries is not None and len(segments) >= 2 and segments[1] == "stores":
             reply = self._store_query(segments, target)
-            return _misrouted(reply) if target.hopped and reply.status == 307 else reply
+            if target.hopped and reply.status == 307:
+                self._metrics.http_refused.labels(reason="misrouted").inc()
+                return _misrouted(reply)
+            return reply
         return Reply(404, {"error": f"no such endpoint: {path}"})
 
     def _store_query(self, segments: list[str], target: Target) -> Reply:
@@ -234,8 +243,11 @@ class HttpServer:
         """A query-API request: credentials first, then a slot, then the answer."""
         denied = self._security.access.check(headers.get("Authorization"), peer)
         if denied is not None:
+            reason = "unauthorized" if denied.status == 401 else "forbidden"
+            self._metrics.http_refused.labels(reason=reason).inc()
             return denied
         if not self._slots.try_take():
+            self._metrics.http_refused.labels(reason="requests").inc()
             return Reply(
                 503,
                 {"error": f"too many queries at once (http.max.requests = {self._slots.size})"},

@@ -39,10 +39,16 @@ class BlockingRouter(QueryRouter):
         return super().tasks()
 
 
-def serve(box: StatusBox, router: QueryRouter | None, limits: HttpLimits) -> HttpServer:
-    server = HttpServer("127.0.0.1", 0, Metrics(), box, router, limits=limits)
+def serve(
+    box: StatusBox, router: QueryRouter | None, limits: HttpLimits, metrics: Metrics | None = None
+) -> HttpServer:
+    server = HttpServer("127.0.0.1", 0, metrics or Metrics(), box, router, limits=limits)
     server.start()
     return server
+
+
+def refused(metrics: Metrics, reason: str) -> float | None:
+    return metrics.registry.get_sample_value("worker_http_refused_total", {"reason": reason})
 
 
 @pytest.fixture
@@ -85,7 +91,8 @@ def test_a_silent_connection_is_closed_after_the_socket_timeout(
 
 
 def test_connections_beyond_the_cap_get_a_503_at_once(box: StatusBox, stack: ExitStack) -> None:
-    server = serve(box, None, HttpLimits(max_connections=8, socket_timeout_s=10))
+    metrics = Metrics()
+    server = serve(box, None, HttpLimits(max_connections=8, socket_timeout_s=10), metrics)
     stack.callback(server.stop)
     for _ in range(8):
         idle_socket(server.port, stack)
@@ -97,13 +104,15 @@ def test_connections_beyond_the_cap_get_a_503_at_once(box: StatusBox, stack: Exi
     assert code == 503
     assert time.monotonic() - started < 2
     assert server.connections == 8
+    assert refused(metrics, "connections") == 1
 
 
 def test_queries_beyond_max_requests_get_a_503_while_probes_are_answered(
     topology: BuiltTopology, box: StatusBox, stack: ExitStack
 ) -> None:
     router = BlockingRouter(topology, box)
-    server = serve(box, router, HttpLimits(max_requests=1))
+    metrics = Metrics()
+    server = serve(box, router, HttpLimits(max_requests=1), metrics)
     stack.callback(server.stop)
     stack.callback(router.release.set)
     holder = threading.Thread(target=status_of, args=(server.port, "/tasks", 15), daemon=True)
@@ -112,13 +121,14 @@ def test_queries_beyond_max_requests_get_a_503_while_probes_are_answered(
 
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     connection.request("GET", "/stores/counts/keys/k")
-    refused = connection.getresponse()
-    body = refused.read()
+    answer = connection.getresponse()
+    body = answer.read()
     connection.close()
 
-    assert refused.status == 503
-    assert refused.getheader("Retry-After") == "1"
+    assert answer.status == 503
+    assert answer.getheader("Retry-After") == "1"
     assert b"http.max.requests" in body
+    assert refused(metrics, "requests") == 1
     assert status_of(server.port, "/healthz") in (200, 503)  # answered: no slot taken
     assert status_of(server.port, "/readyz") in (200, 503)
     assert status_of(server.port, "/metrics") == 200
