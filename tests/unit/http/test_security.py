@@ -145,3 +145,17 @@ def test_a_key_that_does_not_match_the_certificate_is_an_error(
 
     with pytest.raises(ConfigError, match="http.tls.cert.file"):
         http_security(mismatched)
+
+
+@pytest.mark.parametrize(
+    ("access", "mode"),
+    [
+        (Access(token=b"t" * 16), "token"),
+        (Access(client_certificates=True, open=False), "client certificate"),
+        (Access(token=b"t" * 16, client_certificates=True), "token or client certificate"),
+        (Access(open=True), "open"),
+        (Access(open=False), "off"),
+    ],
+)
+def test_the_start_up_line_says_what_opens_the_query_api(access: Access, mode: str) -> None:
+    assert access.mode == mode
