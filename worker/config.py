@@ -33,6 +33,24 @@ _BUDGETED_LIBRDKAFKA = {
     "queue.buffering.max.kbytes": "output.buffer.max.bytes",
 }
 
+# Kafka's legal topic characters; the id also names the state directory and prefixes topics.
+_APPLICATION_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def check_application_id(value: str) -> str:
+    """``value`` if it can name a group, a topic prefix and one state directory safely.
+
+    Raises ValueError for anything else: ``.``, ``..`` and other names made of dots only
+    would put the state directory at or above ``state.dir`` (a wipe would leave it), and
+    a path separator or an empty name would not be one directory.
+    """
+    if not _APPLICATION_ID.fullmatch(value):
+        raise ValueError("must be 1-200 characters of A-Z a-z 0-9 . _ -")
+    if value.strip(".") == "":
+        raise ValueError("must not be made of dots only (it names a directory in state.dir)")
+    return value
+
+
 # What happens to a record that cannot be deserialised or processed (worker.processing.handlers).
 ExceptionPolicyName = Literal["fail", "log_and_continue", "dead_letter"]
 
@@ -42,9 +60,7 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid")
 
-    application_id: str = Field(
-        "payments-app", alias="application.id", pattern=r"^[A-Za-z0-9._-]+$"
-    )
+    application_id: str = Field("payments-app", alias="application.id")
     bootstrap_servers: str = Field("127.0.0.1:9092", alias="bootstrap.servers", min_length=1)
     processing_guarantee: Literal["at_least_once", "exactly_once_v2"] = Field(
         "at_least_once", alias="processing.guarantee"
@@ -112,6 +128,11 @@ class Settings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("application_id")
+    @classmethod
+    def _application_id(cls, value: str) -> str:
+        return check_application_id(value)
 
     @field_validator("application_server")
     @classmethod

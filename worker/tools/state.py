@@ -30,8 +30,9 @@ import orjson
 
 from worker.assignment.task_id import TaskId
 from worker.config import Settings, load, parse_assignments
-from worker.errors import ConfigError, StateDirError, StateLocked, WorkerError
+from worker.errors import ConfigError, StateDirError, StateLocked, UnsafeStatePath, WorkerError
 from worker.observability import configure_logging
+from worker.state.confined import check_inside, remove_dir
 from worker.state.directory import LOCK_FILE, StateDirectory
 from worker.tools.inventory import StateInventory, directory_bytes, inspect, with_lags
 
@@ -264,6 +265,11 @@ def wipe_command(
 
 
 def _wipe(directory: StateDirectory, app_dir: Path, task_ids: list[TaskId], yes: bool) -> None:
+    for task_id in task_ids:
+        try:
+            check_inside(app_dir, app_dir / str(task_id))
+        except UnsafeStatePath as exc:
+            _fail(f"{exc}; nothing wiped", 1)
     present = set(directory.list_task_ids())
     missing = [str(t) for t in task_ids if t not in present]
     if missing:
@@ -280,9 +286,10 @@ def _wipe(directory: StateDirectory, app_dir: Path, task_ids: list[TaskId], yes:
         try:
             with _logs_to_stderr():
                 directory.wipe_task(task_id, owner)
+        except UnsafeStatePath as exc:
+            _fail(f"{exc}; nothing more wiped", 1)
         finally:
             directory.unlock_task(task_id, owner)
         # We hold the process lock: nobody can be about to lock this directory again.
-        (path / LOCK_FILE).unlink(missing_ok=True)
-        path.rmdir()
+        remove_dir(app_dir, path, files=(LOCK_FILE,))
         click.echo(f"wiped {task_id} ({_size(size)})")
