@@ -13,7 +13,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
+from collections.abc import Callable
+from types import FrameType, TracebackType
 
 from worker.errors import FatalError
 
@@ -42,6 +43,13 @@ def _port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Signalled(Exception):
+    """Raised by a signal handler in :meth:`EmbeddedBroker.serve` to end its wait."""
 
 
 class EmbeddedBroker:
@@ -105,6 +113,39 @@ class EmbeddedBroker:
     def wait(self) -> int:
         assert self._proc is not None
         return self._proc.wait()
+
+    def serve(self, ready: Callable[[], None]) -> int:
+        """Start the broker, call ``ready``, and wait for the broker to exit or for
+        SIGTERM, SIGINT or SIGHUP; then stop it.
+
+        The broker runs in its own session (so a terminal's Ctrl-C reaches only us), which
+        means nothing else stops it when we go: Python's default SIGTERM would end this
+        process at once and leave the broker orphaned. Returns the broker's exit code, or
+        0 when a signal stopped it. The handlers are in place before the broker starts, so
+        a signal at any moment stops it. Call from the main thread (signal handlers).
+
+        Raises:
+            FatalError: the broker did not start.
+        """
+        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+
+        def stop_serving(signum: int, _frame: FrameType | None) -> None:
+            for sig in _STOP_SIGNALS:  # a second signal must not cut the stop short
+                signal.signal(sig, signal.SIG_IGN)
+            raise _Signalled(signum)
+
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, stop_serving)
+        try:
+            self.start()
+            ready()
+            return self.wait()
+        except _Signalled:
+            return 0
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the broker we started (by its PID), escalating to SIGKILL. Idempotent."""
