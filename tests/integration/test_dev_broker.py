@@ -40,7 +40,9 @@ def test_a_signal_to_the_dev_broker_command_stops_its_broker_child(
         assert command.stdout is not None
         line = command.stdout.readline()  # printed once the broker listens
         match = re.search(r"\(pid (\d+)\)", line)
-        assert match, f"no pid in {line!r}; stderr: {command.stderr.read() if command.stderr else ''}"
+        assert match, (
+            f"no pid in {line!r}; stderr: {command.stderr.read() if command.stderr else ''}"
+        )
         child = int(match.group(1))
         assert alive(child)
 

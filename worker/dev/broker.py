@@ -12,8 +12,8 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType, TracebackType
 
 from worker.errors import FatalError
