@@ -5,10 +5,11 @@ config layers as ``worker start``: ``--config``, ``WORKER_*``, ``--set``) and us
 worker's own :class:`~worker.state.directory.StateDirectory` and its locks, so they can
 never act under a live worker's feet:
 
-- ``list`` takes the process lock when it is free and reads the offsets committed inside
-  the stores; while a worker holds it, it reads the ``.checkpoint`` files instead and
-  says so. With a reachable broker it adds each changelog's end and the lag (a short
-  ``--timeout``); ``--no-lag`` skips the broker.
+- ``list`` is read-only: it never takes a lock and never creates or changes a file. When
+  no live process holds the state directory it opens each store read-only and reads the
+  offsets committed inside it; while a worker holds it, it reads the ``.checkpoint``
+  files instead and says so. With a reachable broker it adds each changelog's end and
+  the lag (a short ``--timeout``); ``--no-lag`` skips the broker.
 - ``wipe`` refuses (exit 1) while a live process holds the lock. A wiped task's state is
   restored from its changelog the next time this instance is given the task.
 
@@ -34,7 +35,13 @@ from worker.errors import ConfigError, StateDirError, StateLocked, UnsafeStatePa
 from worker.observability import configure_logging
 from worker.state.confined import check_inside, remove_dir
 from worker.state.directory import LOCK_FILE, StateDirectory
-from worker.tools.inventory import StateInventory, directory_bytes, inspect, with_lags
+from worker.tools.inventory import (
+    StateInventory,
+    directory_bytes,
+    inspect,
+    lock_holder,
+    with_lags,
+)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -149,18 +156,9 @@ def list_command(
 
 
 def _inventory(root: Path, app_dir: Path, settings: Settings) -> StateInventory:
-    directory = StateDirectory(root, settings.application_id)
-    try:
-        directory.open()
-    except StateLocked:
-        pid = _holder_pid(app_dir)
-        return inspect(app_dir, directory.list_task_ids(), open_stores=False, in_use_by=pid)
-    except StateDirError as exc:
-        _fail(str(exc), 1)
-    try:
-        return inspect(app_dir, directory.list_task_ids(), open_stores=True)
-    finally:
-        directory.close()
+    task_ids = StateDirectory(root, settings.application_id).list_task_ids()  # not opened
+    holder = lock_holder(app_dir / LOCK_FILE)
+    return inspect(app_dir, task_ids, open_stores=holder is None, in_use_by=holder)
 
 
 def _add_lags(inventory: StateInventory, settings: Settings, timeout: float) -> StateInventory:
