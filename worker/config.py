@@ -27,6 +27,19 @@ _ENV_NOT_SETTINGS = {"WORKER_CONFIG", "WORKER_APP", "WORKER_STATE_DIR"}
 
 MiB = 1024 * 1024
 
+# Keys whose values are secrets (sasl.password, ssl.key.password, ssl.key.pem,
+# sasl.oauthbearer.client.secret, a token...): printed redacted by ``worker config show``.
+_SECRET_KEY = re.compile(
+    r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|private", re.I
+)
+REDACTED = "<redacted>"
+
+
+def is_secret(key: str) -> bool:
+    """True for a setting whose value must not be printed or logged."""
+    return _SECRET_KEY.search(key) is not None
+
+
 # librdkafka settings the memory budget sets, and the worker setting each derives from.
 _BUDGETED_LIBRDKAFKA = {
     "queued.max.messages.kbytes": "input.buffer.max.bytes",
@@ -318,7 +331,10 @@ def _build(values: dict[str, Any]) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "config"
-        raise ConfigError(key, f"{first['msg']} (got {first.get('input')!r})") from None
+        # the kafka table's input holds every pass-through value, passwords among them
+        secret = is_secret(key) or key.startswith("kafka")
+        got = REDACTED if secret else repr(first.get("input"))
+        raise ConfigError(key, f"{first['msg']} (got {got})") from None
 
 
 def load(

@@ -32,6 +32,7 @@ import orjson
 from worker.assignment.task_id import TaskId
 from worker.config import Settings, load, parse_assignments
 from worker.errors import ConfigError, StateDirError, StateLocked, UnsafeStatePath, WorkerError
+from worker.kafka.client_config import check_passthrough
 from worker.observability import configure_logging
 from worker.state.confined import check_inside, remove_dir
 from worker.state.directory import LOCK_FILE, StateDirectory
@@ -51,9 +52,11 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _settings(config: Path | None, sets: tuple[str, ...]) -> Settings:
     try:
-        return load(config, parse_assignments(list(sets))).settings
+        settings = load(config, parse_assignments(list(sets))).settings
+        check_passthrough(settings)
     except ConfigError as exc:
         _fail(str(exc), 2)
+    return settings
 
 
 def _app_dir(settings: Settings, state_dir: Path | None) -> tuple[Path, Path]:
