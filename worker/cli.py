@@ -193,7 +193,10 @@ def settings_from(config: Path | None, sets: tuple[str, ...]) -> Settings:
 
 
 from worker.dev.commands import dev  # noqa: E402  (registers the dev group)
+from worker.tools.repair import repair  # noqa: E402  (`worker state repair`)
 from worker.tools.state import state  # noqa: E402  (`worker state list|wipe`)
+
+state.add_command(repair)
 
 main.add_command(dev)
 main.add_command(state)
