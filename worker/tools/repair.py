@@ -27,19 +27,19 @@ from worker.kafka.changelog_repair import (
     latest_records,
     partition_count,
 )
-from worker.tools.state import _fail, _logs_to_stderr, _settings, config_option, set_option
+from worker.tools.state import config_option, fail, logs_to_stderr, set_option, tool_settings
 
 _SHOWN_BYTES = 120
 
 
 def _raw(text: str | None, hex_text: str | None, what: str) -> bytes | None:
     if text is not None and hex_text is not None:
-        _fail(f"give --{what} or --{what}-hex, not both", 2)
+        fail(f"give --{what} or --{what}-hex, not both", 2)
     if hex_text is not None:
         try:
             return bytes.fromhex(hex_text)
         except ValueError:
-            _fail(f"--{what}-hex: not hexadecimal: {hex_text!r}", 2)
+            fail(f"--{what}-hex: not hexadecimal: {hex_text!r}", 2)
     return None if text is None else text.encode("utf-8")
 
 
@@ -48,12 +48,12 @@ def _new_value(
 ) -> bytes | None:
     given = [delete, value is not None, value_hex is not None, value_file is not None]
     if sum(given) != 1:
-        _fail("give exactly one of --delete, --value, --value-hex, --value-file", 2)
+        fail("give exactly one of --delete, --value, --value-hex, --value-file", 2)
     if value_file is not None:
         try:
             return value_file.read_bytes()
         except OSError as exc:
-            _fail(f"--value-file: {exc}", 2)
+            fail(f"--value-file: {exc}", 2)
     return _raw(value, value_hex, "value")
 
 
@@ -104,9 +104,9 @@ def repair(
     """Write a tombstone or a corrected value for one key of STORE's changelog."""
     raw_key = _raw(key, key_hex, "key")
     if raw_key is None:
-        _fail("give the key: --key or --key-hex", 2)
+        fail("give the key: --key or --key-hex", 2)
     new_value = _new_value(delete, value, value_hex, value_file)
-    settings = _settings(config, sets)
+    settings = tool_settings(config, sets)
     changelog = topic or f"{settings.application_id}-{store}-changelog"
     target, current = _locate(settings, changelog, raw_key, partition, timeout)
     where = f"{changelog}[{target}]"
@@ -117,12 +117,12 @@ def repair(
     )
     click.echo(f"key {raw_key!r} in {where}: {now}")
     if not yes and not click.confirm(f"Append {_show(new_value)} for it?"):
-        _fail("nothing written", 1)
+        fail("nothing written", 1)
     try:
-        with _logs_to_stderr():
+        with logs_to_stderr():
             offset = append_record(settings, changelog, target, raw_key, new_value, timeout)
     except RepairFailed as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     click.echo(f"wrote {_show(new_value)} to {where} at offset {offset}")
     click.echo(
         "a restore now applies it after the old value; instances whose task directory for"
@@ -136,19 +136,19 @@ def _locate(
 ) -> tuple[int, KeyRecord | None]:
     """The partition to write to, and the key's latest record there (None: not found)."""
     try:
-        with _logs_to_stderr():
+        with logs_to_stderr():
             count = partition_count(settings, changelog, min(timeout, 15.0))
             if partition is not None and partition >= count:
-                _fail(f"--partition {partition}: {changelog} has {count} partitions", 2)
+                fail(f"--partition {partition}: {changelog} has {count} partitions", 2)
             wanted = [partition] if partition is not None else list(range(count))
             found = latest_records(settings, changelog, key, wanted, timeout)
     except RepairFailed as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     if partition is not None:
         return partition, found.get(partition)
     if not found:
-        _fail(f"key {key!r} is in no partition of {changelog}; give --partition to write anyway", 1)
+        fail(f"key {key!r} is in no partition of {changelog}; give --partition to write anyway", 1)
     if len(found) > 1:
-        _fail(f"key {key!r} is in partitions {sorted(found)} of {changelog}; give --partition", 1)
+        fail(f"key {key!r} is in partitions {sorted(found)} of {changelog}; give --partition", 1)
     (record,) = found.values()
     return record.partition, record

@@ -45,17 +45,19 @@ from worker.tools.inventory import (
 )
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def fail(message: str, code: int) -> NoReturn:
+    """One line on stderr and the exit code (shared by the state commands)."""
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
 
-def _settings(config: Path | None, sets: tuple[str, ...]) -> Settings:
+def tool_settings(config: Path | None, sets: tuple[str, ...]) -> Settings:
+    """The settings as ``worker start`` would load them; exit 2 naming a bad key."""
     try:
         settings = load(config, parse_assignments(list(sets))).settings
         check_passthrough(settings)
     except ConfigError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
     return settings
 
 
@@ -66,7 +68,7 @@ def _app_dir(settings: Settings, state_dir: Path | None) -> tuple[Path, Path]:
     if not app_dir.is_dir():
         others = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f"; application directories there: {', '.join(others)}" if others else ""
-        _fail(
+        fail(
             f"no state for application.id {settings.application_id!r} in {root}{hint}"
             " (set application.id with --config or --set)",
             1,
@@ -100,7 +102,7 @@ state_dir_option = click.option(
 
 
 @contextlib.contextmanager
-def _logs_to_stderr() -> Iterator[None]:
+def logs_to_stderr() -> Iterator[None]:
     """Send everything written to file descriptor 1 to stderr meanwhile.
 
     stdout is the command's output (``--json`` must parse), but loggers that modules
@@ -146,9 +148,9 @@ def list_command(
     timeout: float,
 ) -> None:
     """Task directories with their stores, sizes, stored offsets and lag."""
-    settings = _settings(config, sets)
+    settings = tool_settings(config, sets)
     root, app_dir = _app_dir(settings, state_dir)
-    with _logs_to_stderr():
+    with logs_to_stderr():
         inventory = _inventory(root, app_dir, settings)
         if not no_lag and inventory.changelog_partitions():
             inventory = _add_lags(inventory, settings, timeout)
@@ -243,25 +245,25 @@ def wipe_command(
     try:
         task_ids = sorted({TaskId.parse(t) for t in tasks})
     except ValueError as exc:
-        _fail(f"{exc} (task ids look like 0_3)", 2)
-    settings = _settings(config, sets)
+        fail(f"{exc} (task ids look like 0_3)", 2)
+    settings = tool_settings(config, sets)
     root, app_dir = _app_dir(settings, state_dir)
     directory = StateDirectory(root, settings.application_id)
     try:
-        with _logs_to_stderr():
+        with logs_to_stderr():
             directory.open()
     except StateLocked:
-        _fail(
+        fail(
             f"refusing to wipe: {app_dir} is in use by a live worker (pid {_holder_pid(app_dir)});"
             " stop it first",
             1,
         )
     except StateDirError as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     try:
         _wipe(directory, app_dir, task_ids, yes)
     finally:
-        with _logs_to_stderr():
+        with logs_to_stderr():
             directory.close()
 
 
@@ -270,25 +272,25 @@ def _wipe(directory: StateDirectory, app_dir: Path, task_ids: list[TaskId], yes:
         try:
             check_inside(app_dir, app_dir / str(task_id))
         except UnsafeStatePath as exc:
-            _fail(f"{exc}; nothing wiped", 1)
+            fail(f"{exc}; nothing wiped", 1)
     present = set(directory.list_task_ids())
     missing = [str(t) for t in task_ids if t not in present]
     if missing:
-        _fail(f"no task directory {', '.join(missing)} in {app_dir}; nothing wiped", 1)
+        fail(f"no task directory {', '.join(missing)} in {app_dir}; nothing wiped", 1)
     names = ", ".join(map(str, task_ids))
     if not yes and not click.confirm(f"Delete the local state of {names} in {app_dir}?"):
-        _fail("nothing wiped", 1)
+        fail("nothing wiped", 1)
     owner = object()
     for task_id in task_ids:
         path = app_dir / str(task_id)
         size = directory_bytes(path)
         if not directory.lock_task(task_id, owner):
-            _fail(f"task directory {task_id} is locked; nothing more wiped", 1)
+            fail(f"task directory {task_id} is locked; nothing more wiped", 1)
         try:
-            with _logs_to_stderr():
+            with logs_to_stderr():
                 directory.wipe_task(task_id, owner)
         except UnsafeStatePath as exc:
-            _fail(f"{exc}; nothing more wiped", 1)
+            fail(f"{exc}; nothing more wiped", 1)
         finally:
             directory.unlock_task(task_id, owner)
         # We hold the process lock: nobody can be about to lock this directory again.
