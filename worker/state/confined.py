@@ -1,8 +1,9 @@
 """Deletes confined to the application's state directory: the one way files are removed.
 
 Every delete the worker and its tools make (the wipe of a corrupted task, the cleaner,
-``worker state wipe``) goes through :func:`delete_contents` or :func:`remove_dir`, given
-the application directory ``base`` and the path to act on. A symbolic link under ``base``
+``worker state wipe``, a store's scratch checkpoint) goes through :func:`delete_contents`,
+:func:`remove_dir` or :func:`remove_tree`, given the directory it must stay inside
+(``base``: the application directory, or a store's own) and the path to act on. A symbolic link under ``base``
 (a task directory pointing elsewhere, left by hand or planted) must never lead a
 recursive delete out of it, so each call follows this protocol:
 
@@ -86,6 +87,19 @@ def remove_dir(base: Path, path: Path, files: Collection[str] = ()) -> None:
                 os.unlink(name, dir_fd=fd)
     with _open_parent(base, path) as parent:
         os.rmdir(path.name, dir_fd=parent)
+
+
+def remove_tree(base: Path, path: Path) -> None:
+    """Delete the directory ``path`` and everything under it; nothing if it is missing.
+
+    Raises:
+        UnsafeStatePath: as :func:`check_inside` (a link in place of ``path`` included).
+        OSError: a file could not be removed.
+    """
+    if not os.path.lexists(path):
+        return
+    delete_contents(base, path)
+    remove_dir(base, path)
 
 
 def open_file(base: Path, path: Path, flags: int, mode: int = 0o640) -> int:

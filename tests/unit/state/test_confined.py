@@ -13,7 +13,7 @@ from worker.assignment.task_id import TaskId
 from worker.clock import FakeClock
 from worker.errors import UnsafeStatePath
 from worker.events import STATE_SYMLINK_REFUSED
-from worker.state.confined import check_inside, delete_contents, remove_dir
+from worker.state.confined import check_inside, delete_contents, remove_dir, remove_tree
 from worker.state.directory import StateDirectory
 
 __all__ = ["clock", "state_dir"]  # fixtures shared with test_directory
@@ -135,4 +135,22 @@ def test_a_task_directory_that_is_a_link_cannot_be_used_or_wiped(
         state_dir.wipe_task(T01, owner)
     with pytest.raises(UnsafeStatePath, match="symbolic link"):
         state_dir.task_dir(T01)
+    assert intact(outside)
+
+
+def test_remove_tree_removes_a_real_tree_skips_a_missing_one_and_refuses_a_link(
+    tmp_path: Path, outside: Path
+) -> None:
+    store = tmp_path / "store"
+    (store / ".atomic-flush" / "sub").mkdir(parents=True)
+    (store / ".atomic-flush" / "sub" / "x.sst").write_bytes(b"x")
+    (store / ".atomic-flush" / "out").symlink_to(outside)
+    (store / ".atomic-flush.tmp").symlink_to(outside)
+
+    remove_tree(store, store / ".atomic-flush")
+    remove_tree(store, store / "missing")
+
+    assert not (store / ".atomic-flush").exists()
+    with pytest.raises(UnsafeStatePath):
+        remove_tree(store, store / ".atomic-flush.tmp")
     assert intact(outside)
