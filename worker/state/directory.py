@@ -225,10 +225,13 @@ class StateDirectory:
             first = str(path) not in self._links_reported
             self._links_reported.add(str(path))
         if first:
+            target: str | None = None
+            with contextlib.suppress(OSError):  # the link may be gone again
+                target = os.readlink(path)
             _log.warning(
                 STATE_SYMLINK_REFUSED,
                 path=str(path),
-                target=os.readlink(path) if path.is_symlink() else None,
+                target=target,
                 action="left alone: remove the link by hand",
             )
 
@@ -241,6 +244,7 @@ class StateDirectory:
 
         Raises:
             StateLocked: ``owner`` does not hold the task lock.
+            UnsafeStatePath: the task directory is a symbolic link now (nothing deleted).
         """
         if self.task_lock_owner(task_id) is not owner or owner is None:
             raise StateLocked(f"cannot wipe task {task_id}: its lock is not held by {owner!r}")
