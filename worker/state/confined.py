@@ -48,8 +48,8 @@ def check_inside(base: Path, path: Path) -> Path:
         current = current / part
         if current.is_symlink():
             raise UnsafeStatePath(
-                f"{current} is a symbolic link (to {_target(current)}); the worker never"
-                " deletes through links in its state directory: remove the link by hand"
+                f"{current} is a symbolic link (to {_target(current)}); the worker never follows"
+                " links in its state directory: remove the link by hand"
             )
     resolved = Path(os.path.realpath(path))
     if Path(os.path.realpath(base)) not in resolved.parents:
