@@ -1,4 +1,5 @@
-"""``worker state list`` and ``worker state wipe``: look at and delete local task state.
+"""``worker state list`` and ``worker state wipe``: look at and delete local task state
+(``worker state repair``, in :mod:`worker.tools.repair`, shares the group and helpers).
 
 Both work on ``<state-dir>/<application.id>/`` (the application id comes from the same
 config layers as ``worker start``: ``--config``, ``WORKER_*``, ``--set``) and use the
@@ -122,7 +123,7 @@ def logs_to_stderr() -> Iterator[None]:
 
 @click.group("state")
 def state() -> None:
-    """Inspect and wipe the local state of task directories."""
+    """Inspect and wipe the local state of task directories; repair a changelog key."""
     configure_logging("warning", "console")  # on stderr; stdout is the command's output
 
 
@@ -147,7 +148,7 @@ def list_command(
     no_lag: bool,
     timeout: float,
 ) -> None:
-    """Task directories with their stores, sizes, stored offsets and lag."""
+    """Task directories with their stores, sizes, stored offsets and lag (read-only)."""
     settings = tool_settings(config, sets)
     root, app_dir = _app_dir(settings, state_dir)
     with logs_to_stderr():
