@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from worker.dev.processes import guarded
 from worker.errors import FatalError
 
 
@@ -61,13 +62,18 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         log_path: Path | None = None,
         advertised_port: int | None = None,
+        die_with_parent: bool = False,
     ):
         """``advertised_port``: the port metadata tells clients to use, when something
-        else (a test's TCP proxy) sits in front of ``port``; default ``port``."""
+        else (a test's TCP proxy) sits in front of ``port``; default ``port``.
+        ``die_with_parent``: on Linux the broker is SIGKILLed when the thread that started
+        it dies, even by SIGKILL (``processes.guarded``); for a process that starts it
+        from its main thread, as ``worker dev broker`` does."""
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
         self.log_path = log_path
+        self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_fh: object | None = None
 
@@ -81,7 +87,7 @@ class EmbeddedBroker:
         return self._proc.pid if self._proc else None
 
     def command(self) -> list[str]:
-        return [
+        command = [
             str(broker_binary()),
             "broker",
             "--listener-url",
@@ -91,6 +97,7 @@ class EmbeddedBroker:
             "--storage-engine",
             "memory://tansu/",
         ]
+        return guarded(command) if self.die_with_parent else command
 
     def start(self, timeout: float = 30.0) -> str:
         if self._proc is not None:

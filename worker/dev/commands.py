@@ -21,7 +21,7 @@ def dev() -> None:
 @click.option("--port", default=9092, show_default=True, help="Loopback port to listen on.")
 def broker(port: int) -> None:
     """Run the embedded Kafka-compatible broker (in memory) in the foreground."""
-    running = EmbeddedBroker(port=port)
+    running = EmbeddedBroker(port=port, die_with_parent=True)
 
     def ready() -> None:
         click.echo(f"broker listening on {running.bootstrap} (pid {running.pid}); Ctrl-C to stop")
