@@ -7,7 +7,12 @@
 #
 # --stop-timeout: docker SIGKILLs 10 s after its SIGTERM by default, before the worker's
 # own shutdown.timeout.ms (30 s) has run out; give it longer.
-FROM python:3.11-slim
+#
+# The base image is pinned to the exact Python release CI runs (3.11.7) and Debian release.
+# Pin it by digest too where the registry is reachable (the build machine of this image
+# was not): `docker buildx imagetools inspect python:3.11.7-slim-bookworm` prints it; then
+# FROM python:3.11.7-slim-bookworm@sha256:<digest>
+FROM python:3.11.7-slim-bookworm
 
 # WORKER_HTTP_HOST: the HTTP server must be reachable from outside the container
 # (probes, scraping); it overrides http.host from the config file.
@@ -24,10 +29,11 @@ RUN groupadd --system --gid 10001 worker \
     && mkdir -p /var/lib/worker /etc/worker \
     && chown worker:worker /var/lib/worker
 
-# Runtime dependencies only (no dev extra); every one ships a manylinux wheel.
-COPY pyproject.toml README.md /src/
+# Runtime dependencies only (no dev extra); every one ships a manylinux wheel. Their
+# versions (and those of what they pull in) are the ones CI tested: constraints.txt.
+COPY pyproject.toml README.md constraints.txt /src/
 COPY worker /src/worker
-RUN pip install /src && rm -rf /src
+RUN pip install --constraint /src/constraints.txt /src && rm -rf /src
 
 COPY config/worker.toml /etc/worker/worker.toml
 

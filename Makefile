@@ -17,7 +17,7 @@ UNIT_WORKERS ?= 2
 DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit demo bench lint docker clean
+.PHONY: help install test test-unit demo bench lint docker constraints clean
 
 help:
 	@echo "make install    create $(VENV) and install worker with its dev extra"
@@ -26,7 +26,8 @@ help:
 	@echo "make demo       local broker + sample data + two workers for about a minute"
 	@echo "make bench      run the benchmarks"
 	@echo "make lint       ruff check, ruff format --check, mypy"
-	@echo "make docker     build the $(IMAGE) image"
+	@echo "make docker     build the $(IMAGE) image (dependencies pinned by constraints.txt)"
+	@echo "make constraints  pin constraints.txt to the versions in $(VENV) (after a green make test)"
 	@echo "make clean      remove $(VENV) and caches"
 
 install: $(STAMP)
@@ -64,6 +65,12 @@ lint: install
 
 docker:
 	docker build -t $(IMAGE) .
+
+# The Dockerfile installs with these pins; the comment lines at the top are kept.
+constraints: install
+	@{ grep '^#' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable; } > constraints.txt.tmp
+	@mv constraints.txt.tmp constraints.txt
+	@echo "constraints.txt: $$(grep -vc '^#' constraints.txt) packages pinned"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo

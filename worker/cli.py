@@ -16,8 +16,16 @@ from typing import Any, NoReturn
 import click
 
 from worker import __version__
-from worker.config import LoadedSettings, Settings, load, parse_assignments
+from worker.config import (
+    REDACTED,
+    LoadedSettings,
+    Settings,
+    is_secret,
+    load,
+    parse_assignments,
+)
 from worker.errors import ConfigError, TopologyError, WorkerError
+from worker.kafka.client_config import check_passthrough
 from worker.observability import configure_logging, get_logger
 from worker.processing import timestamps
 from worker.processing.topology import BuiltTopology, Topology
@@ -33,10 +41,17 @@ def _fail(message: str, code: int) -> NoReturn:
 def _load_settings(
     config: Path | None, sets: tuple[str, ...], state_dir: Path | None
 ) -> LoadedSettings:
+    """Every layer loaded and validated, the ``kafka.*`` settings by librdkafka too.
+
+    Raises:
+        ConfigError: naming the bad key.
+    """
     overrides = parse_assignments(list(sets))
     if state_dir is not None:
         overrides["state.dir"] = str(state_dir)
-    return load(config, overrides)
+    loaded = load(config, overrides)
+    check_passthrough(loaded.settings)
+    return loaded
 
 
 def load_topology(spec: str) -> BuiltTopology:
@@ -141,17 +156,29 @@ def config_group() -> None:
 @config_group.command("show")
 @config_option
 @set_option
-def config_show(config: Path | None, sets: tuple[str, ...]) -> None:
-    """Print the effective settings and where each value came from."""
+@click.option(
+    "--show-secrets",
+    is_flag=True,
+    help="Print passwords, tokens and keys instead of <redacted>.",
+)
+def config_show(config: Path | None, sets: tuple[str, ...], show_secrets: bool) -> None:
+    """Print the effective settings and where each value came from.
+
+    Secrets (any key naming a password, secret, token or private key) are redacted
+    unless --show-secrets is given.
+    """
     try:
-        loaded = load(config, parse_assignments(list(sets)))
+        loaded = _load_settings(config, sets, None)
     except ConfigError as exc:
         _fail(str(exc), 2)
-    values = loaded.settings.model_dump(by_alias=True)
-    for key in sorted(k for k in values if k != "kafka"):
-        click.echo(f"{key} = {values[key]!s}    # {loaded.sources.get(key, 'default')}")
-    for key, value in sorted(loaded.settings.kafka.items()):
-        click.echo(f"kafka.{key} = {value}    # {loaded.sources.get('kafka.' + key, '?')}")
+    values = {k: str(v) for k, v in loaded.settings.model_dump(by_alias=True).items()}
+    values.pop("kafka")
+    values.update({f"kafka.{k}": v for k, v in loaded.settings.kafka.items()})
+    for key in sorted(k for k in values if not k.startswith("kafka.")) + sorted(
+        k for k in values if k.startswith("kafka.")
+    ):
+        value = REDACTED if is_secret(key) and not show_secrets else values[key]
+        click.echo(f"{key} = {value}    # {loaded.sources.get(key, 'default')}")
     bound = loaded.settings.memory_bound_bytes
     click.echo(
         f"# memory bound: {'none (statestore.uncommitted.max.bytes=-1)' if bound is None else bound}"
@@ -168,7 +195,10 @@ def settings_from(config: Path | None, sets: tuple[str, ...]) -> Settings:
 
 
 from worker.dev.commands import dev  # noqa: E402  (registers the dev group)
+from worker.tools.repair import repair  # noqa: E402  (`worker state repair`)
 from worker.tools.state import state  # noqa: E402  (`worker state list|wipe`)
+
+state.add_command(repair)
 
 main.add_command(dev)
 main.add_command(state)

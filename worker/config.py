@@ -27,11 +27,42 @@ _ENV_NOT_SETTINGS = {"WORKER_CONFIG", "WORKER_APP", "WORKER_STATE_DIR"}
 
 MiB = 1024 * 1024
 
+# Keys whose values are secrets (sasl.password, ssl.key.password, ssl.key.pem,
+# sasl.oauthbearer.client.secret, a token...): printed redacted by ``worker config show``.
+_SECRET_KEY = re.compile(
+    r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|private", re.I
+)
+REDACTED = "<redacted>"
+
+
+def is_secret(key: str) -> bool:
+    """True for a setting whose value must not be printed or logged."""
+    return _SECRET_KEY.search(key) is not None
+
+
 # librdkafka settings the memory budget sets, and the worker setting each derives from.
 _BUDGETED_LIBRDKAFKA = {
     "queued.max.messages.kbytes": "input.buffer.max.bytes",
     "queue.buffering.max.kbytes": "output.buffer.max.bytes",
 }
+
+# Kafka's legal topic characters; the id also names the state directory and prefixes topics.
+_APPLICATION_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def check_application_id(value: str) -> str:
+    """``value`` if it can name a group, a topic prefix and one state directory safely.
+
+    Raises ValueError for anything else: ``.``, ``..`` and other names made of dots only
+    would put the state directory at or above ``state.dir`` (a wipe would leave it), and
+    a path separator or an empty name would not be one directory.
+    """
+    if not _APPLICATION_ID.fullmatch(value):
+        raise ValueError("must be 1-200 characters of A-Z a-z 0-9 . _ -")
+    if value.strip(".") == "":
+        raise ValueError("must not be made of dots only (it names a directory in state.dir)")
+    return value
+
 
 # What happens to a record that cannot be deserialised or processed (worker.processing.handlers).
 ExceptionPolicyName = Literal["fail", "log_and_continue", "dead_letter"]
@@ -42,9 +73,7 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid")
 
-    application_id: str = Field(
-        "payments-app", alias="application.id", pattern=r"^[A-Za-z0-9._-]+$"
-    )
+    application_id: str = Field("payments-app", alias="application.id")
     bootstrap_servers: str = Field("127.0.0.1:9092", alias="bootstrap.servers", min_length=1)
     processing_guarantee: Literal["at_least_once", "exactly_once_v2"] = Field(
         "at_least_once", alias="processing.guarantee"
@@ -130,6 +159,11 @@ class Settings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("application_id")
+    @classmethod
+    def _application_id(cls, value: str) -> str:
+        return check_application_id(value)
 
     @field_validator("application_server")
     @classmethod
@@ -315,7 +349,10 @@ def _build(values: dict[str, Any]) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "config"
-        raise ConfigError(key, f"{first['msg']} (got {first.get('input')!r})") from None
+        # the kafka table's input holds every pass-through value, passwords among them
+        secret = is_secret(key) or key.startswith("kafka")
+        got = REDACTED if secret else repr(first.get("input"))
+        raise ConfigError(key, f"{first['msg']} (got {got})") from None
 
 
 def load(

@@ -36,6 +36,14 @@ class StateDirError(WorkerError):
     """The state directory cannot be used (permissions, not a directory). Fatal."""
 
 
+class UnsafeStatePath(StateDirError):
+    """A delete would leave the state directory (a symbolic link, a path outside it).
+
+    Nothing was deleted. Fatal where the worker needs the path; the cleaner and the
+    start-up scan skip it and log ``state.symlink_refused``. Remove the link by hand.
+    """
+
+
 class StateLocked(WorkerError):
     """Another process (or task) holds a lock we need.
 

@@ -26,6 +26,8 @@ ASSIGNMENT_APPLIED = "assignment.applied"
 INITIAL_STANDBYS_OPENED = "initial_standbys.opened"
 INITIAL_STANDBY_RECYCLED = "initial_standby.recycled"
 TASK_WIPED = "task.wiped"
+# a symbolic link where a task directory belongs: left alone (state/directory.py)
+STATE_SYMLINK_REFUSED = "state.symlink_refused"
 HANDOVER_RELEASED = "handover.released"  # the old owner released tasks in their changelogs
 HANDOVER_TAKEN_OVER = "handover.taken_over"  # the new owner read a release and took over
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_PATTERN = re.compile(r"^(\d+)_(\d+)$")
+# Canonical decimal only (what ``str(TaskId)`` writes): "00_03" or "0_3\n" would name
+# another directory than task 0_3, so a wipe of 0_3 would leave it in place. ASCII digits
+# only, as ``\d`` also matches other scripts' digits, which ``int`` would accept.
+_PATTERN = re.compile(r"(0|[1-9][0-9]*)_(0|[1-9][0-9]*)")
 
 # A topic-partition, (topic, partition): how tasks, clients and the planner name the
 # partitions a task reads and the changelogs it writes. Defined here, in the module every
@@ -25,12 +28,15 @@ class TaskId:
 
     @classmethod
     def parse(cls, text: str) -> TaskId:
-        """Parse ``"0_3"``; raise ValueError for anything that is not a task directory name."""
-        match = _PATTERN.match(text)
+        """Parse ``"0_3"``; raise ValueError for anything that is not a task directory name.
+
+        Strict: ``parse(text)`` succeeds exactly when ``str(result) == text``.
+        """
+        match = _PATTERN.fullmatch(text)
         if match is None:
             raise ValueError(f"not a task id: {text!r}")
         return cls(int(match.group(1)), int(match.group(2)))
 
     @classmethod
     def is_task_name(cls, text: str) -> bool:
-        return _PATTERN.match(text) is not None
+        return _PATTERN.fullmatch(text) is not None

@@ -12,9 +12,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
+from worker.dev.processes import guarded
 from worker.errors import FatalError
 
 
@@ -44,6 +46,13 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Signalled(Exception):
+    """Raised by a signal handler in :meth:`EmbeddedBroker.serve` to end its wait."""
+
+
 class EmbeddedBroker:
     """One Tansu broker on a loopback port; ``start()`` returns once it accepts connections."""
 
@@ -53,13 +62,18 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         log_path: Path | None = None,
         advertised_port: int | None = None,
+        die_with_parent: bool = False,
     ):
         """``advertised_port``: the port metadata tells clients to use, when something
-        else (a test's TCP proxy) sits in front of ``port``; default ``port``."""
+        else (a test's TCP proxy) sits in front of ``port``; default ``port``.
+        ``die_with_parent``: on Linux the broker is SIGKILLed when the thread that started
+        it dies, even by SIGKILL (``processes.guarded``); for a process that starts it
+        from its main thread, as ``worker dev broker`` does."""
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
         self.log_path = log_path
+        self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_fh: object | None = None
 
@@ -73,7 +87,7 @@ class EmbeddedBroker:
         return self._proc.pid if self._proc else None
 
     def command(self) -> list[str]:
-        return [
+        command = [
             str(broker_binary()),
             "broker",
             "--listener-url",
@@ -83,6 +97,7 @@ class EmbeddedBroker:
             "--storage-engine",
             "memory://tansu/",
         ]
+        return guarded(command) if self.die_with_parent else command
 
     def start(self, timeout: float = 30.0) -> str:
         if self._proc is not None:
@@ -105,6 +120,39 @@ class EmbeddedBroker:
     def wait(self) -> int:
         assert self._proc is not None
         return self._proc.wait()
+
+    def serve(self, ready: Callable[[], None]) -> int:
+        """Start the broker, call ``ready``, and wait for the broker to exit or for
+        SIGTERM, SIGINT or SIGHUP; then stop it.
+
+        The broker runs in its own session (so a terminal's Ctrl-C reaches only us), which
+        means nothing else stops it when we go: Python's default SIGTERM would end this
+        process at once and leave the broker orphaned. Returns the broker's exit code, or
+        0 when a signal stopped it. The handlers are in place before the broker starts, so
+        a signal at any moment stops it. Call from the main thread (signal handlers).
+
+        Raises:
+            FatalError: the broker did not start.
+        """
+        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+
+        def stop_serving(signum: int, _frame: FrameType | None) -> None:
+            for sig in _STOP_SIGNALS:  # a second signal must not cut the stop short
+                signal.signal(sig, signal.SIG_IGN)
+            raise _Signalled(signum)
+
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, stop_serving)
+        try:
+            self.start()
+            ready()
+            return self.wait()
+        except _Signalled:
+            return 0
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the broker we started (by its PID), escalating to SIGKILL. Idempotent."""

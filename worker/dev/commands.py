@@ -21,19 +21,19 @@ def dev() -> None:
 @click.option("--port", default=9092, show_default=True, help="Loopback port to listen on.")
 def broker(port: int) -> None:
     """Run the embedded Kafka-compatible broker (in memory) in the foreground."""
-    running = EmbeddedBroker(port=port)
+    running = EmbeddedBroker(port=port, die_with_parent=True)
+
+    def ready() -> None:
+        click.echo(f"broker listening on {running.bootstrap} (pid {running.pid}); Ctrl-C to stop")
+
     try:
-        running.start()
+        code = running.serve(ready)
     except WorkerError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"broker listening on {running.bootstrap} (pid {running.pid}); Ctrl-C to stop")
-    try:
-        running.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
+    if code != 0:
+        click.echo(f"error: broker exited with code {code}", err=True)
+        sys.exit(1)
 
 
 @dev.command("sample-data")

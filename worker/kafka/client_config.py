@@ -2,13 +2,18 @@
 
 Every client gets ``bootstrap.servers`` plus the operator's librdkafka pass-through
 settings (security, SASL, tuning); consumers add the fetch tuning below.
+:func:`check_passthrough` checks those settings with librdkafka at load time.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from worker.config import Settings
+import confluent_kafka
+
+from worker.config import PASSTHROUGH_PREFIX, Settings, is_secret
+from worker.errors import ConfigError
 from worker.kafka.client_logs import librdkafka_logger
 
 # Fetch tuning from platform-facts: the default 1000 ms queue backoff stalls a consumer
@@ -35,3 +40,44 @@ def base_config(settings: Settings, client: str) -> dict[str, Any]:
     }
     config.update(settings.kafka_passthrough())
     return config
+
+
+def check_passthrough(settings: Settings) -> None:
+    """Check every ``kafka.*`` setting against librdkafka before anything starts.
+
+    librdkafka checks names and values only when a client is created, which in the worker
+    happens deep inside start-up (a traceback and exit 1, so a supervisor that stops on
+    exit 2 restarts it for ever). A producer built from the pass-through settings alone
+    checks them the same way without connecting anywhere (it is given no
+    ``bootstrap.servers``); a consumer-only setting is accepted by it, as librdkafka
+    checks every property's value whatever the client.
+
+    Raises:
+        ConfigError: naming the first ``kafka.*`` key librdkafka rejects (a secret's value
+            is never repeated), or ``kafka`` when only the combination is rejected.
+    """
+    passthrough = settings.kafka_passthrough()
+    problem = _rejection(passthrough)
+    if problem is None:
+        return
+    for key, value in sorted(passthrough.items()):
+        alone = _rejection({key: value})
+        if alone is not None:
+            reason = "librdkafka rejects its value" if is_secret(key) else alone
+            raise ConfigError(f"{PASSTHROUGH_PREFIX}{key}", reason)
+    raise ConfigError("kafka", f"librdkafka rejects these settings together: {problem}")
+
+
+def _rejection(config: dict[str, str]) -> str | None:
+    """librdkafka's complaint about ``config``, or None when a client accepts it."""
+    quiet = logging.getLogger("worker.kafka.config_check")
+    quiet.propagate = False  # the warnings of an unconnected producer are not news
+    quiet.addHandler(logging.NullHandler())
+    try:
+        confluent_kafka.Producer({**config, "logger": quiet})
+    except confluent_kafka.KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        return error.str() if isinstance(error, confluent_kafka.KafkaError) else str(exc)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None

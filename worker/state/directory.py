@@ -17,6 +17,10 @@ directory, so ownership can be handed over in one step, as recycling an initial 
 into an assigned task needs) and an ``flock`` on ``<task>/.lock`` (so tools running
 beside the worker see the directory in use). Owners are compared by identity.
 
+Nothing is deleted outside ``<root>/<application_id>/``: every delete goes through
+:mod:`worker.state.confined`, and a symbolic link where a task directory belongs is
+neither listed, cleaned nor wiped (it is logged as ``state.symlink_refused``).
+
 Thread-safety: every method may be called from any thread (the cleaner runs on its own);
 the owner map is guarded by one mutex, never held while deleting files.
 """
@@ -28,7 +32,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import tempfile
 import threading
 import uuid
@@ -36,9 +39,12 @@ from pathlib import Path
 
 from worker.assignment.task_id import TaskId
 from worker.clock import Clock, SystemClock
-from worker.errors import StateDirError, StateLocked
+from worker.config import check_application_id
+from worker.errors import StateDirError, StateLocked, UnsafeStatePath
+from worker.events import STATE_SYMLINK_REFUSED
 from worker.observability import get_logger
 from worker.state.checkpoint import replace_file_atomically
+from worker.state.confined import check_inside, delete_contents, open_file, remove_dir
 
 PROCESS_FILE = "process.json"
 MEMBER_FILE = "member.json"
@@ -60,6 +66,11 @@ class StateDirectory:
     """
 
     def __init__(self, root: Path, application_id: str, clock: Clock | None = None) -> None:
+        """Raises UnsafeStatePath for an application id that is not one plain file name."""
+        try:
+            check_application_id(application_id)
+        except ValueError as exc:
+            raise UnsafeStatePath(f"application.id {application_id!r} {exc}") from None
         self.root = root
         self.app_dir = root / application_id
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -67,6 +78,7 @@ class StateDirectory:
         self._task_locks: dict[TaskId, tuple[object, int]] = {}  # owner, lock file fd
         self._process_lock_fd: int | None = None
         self._process_id: str | None = None
+        self._links_reported: set[str] = set()
 
     def open(self) -> None:
         """Create the directories, take the process lock, load or create the process id.
@@ -141,8 +153,13 @@ class StateDirectory:
             self._process_lock_fd = None
 
     def task_dir(self, task_id: TaskId) -> Path:
-        """``<app>/<task_id>``, created if missing."""
+        """``<app>/<task_id>``, created if missing.
+
+        Raises:
+            UnsafeStatePath: it is a symbolic link (the worker keeps no state through one).
+        """
         path = self.app_dir / str(task_id)
+        check_inside(self.app_dir, path)
         _make_dir(path)
         return path
 
@@ -162,7 +179,7 @@ class StateDirectory:
             held = self._task_locks.get(task_id)
             if held is not None:
                 return held[0] is owner
-            fd = _try_flock(self.task_dir(task_id) / LOCK_FILE)
+            fd = self._try_flock(self.task_dir(task_id) / LOCK_FILE)
             if fd is None:
                 return False
             self._task_locks[task_id] = (owner, fd)
@@ -183,14 +200,40 @@ class StateDirectory:
         return None if held is None else held[0]
 
     def list_task_ids(self) -> list[TaskId]:
-        """Task directories on disk, sorted; other names are ignored."""
+        """Task directories on disk, sorted; other names are ignored.
+
+        A symbolic link with a task's name is left out (and logged once per process as
+        ``state.symlink_refused``): the start-up scan, the cleaner and the wipe never act
+        through it.
+        """
         try:
             entries = list(self.app_dir.iterdir())
         except FileNotFoundError:
             return []
-        return sorted(
-            TaskId.parse(p.name) for p in entries if TaskId.is_task_name(p.name) and p.is_dir()
-        )
+        found: list[TaskId] = []
+        for path in entries:
+            if not TaskId.is_task_name(path.name):
+                continue
+            if path.is_symlink():
+                self._report_link(path)
+            elif path.is_dir():
+                found.append(TaskId.parse(path.name))
+        return sorted(found)
+
+    def _report_link(self, path: Path) -> None:
+        with self._mutex:
+            first = str(path) not in self._links_reported
+            self._links_reported.add(str(path))
+        if first:
+            target: str | None = None
+            with contextlib.suppress(OSError):  # the link may be gone again
+                target = os.readlink(path)
+            _log.warning(
+                STATE_SYMLINK_REFUSED,
+                path=str(path),
+                target=target,
+                action="left alone: remove the link by hand",
+            )
 
     def list_non_empty_task_ids(self) -> list[TaskId]:
         """Task directories holding anything besides ``.checkpoint`` and ``.lock``."""
@@ -201,10 +244,11 @@ class StateDirectory:
 
         Raises:
             StateLocked: ``owner`` does not hold the task lock.
+            UnsafeStatePath: the task directory is a symbolic link now (nothing deleted).
         """
         if self.task_lock_owner(task_id) is not owner or owner is None:
             raise StateLocked(f"cannot wipe task {task_id}: its lock is not held by {owner!r}")
-        _delete_contents(self.app_dir / str(task_id), keep=LOCK_FILE)
+        delete_contents(self.app_dir, self.app_dir / str(task_id), keep={LOCK_FILE})
         _log.info("state.task_wiped", task_id=str(task_id))
 
     def clean_unowned(self, delay_ms: int) -> list[TaskId]:
@@ -225,7 +269,11 @@ class StateDirectory:
                     and self._delete_unowned(task_id, path)
                 ):
                     cleaned.append(task_id)
-            except OSError as exc:
+            except (OSError, StateDirError) as exc:
+                # StateDirError: the directory was swapped for a link (UnsafeStatePath) or
+                # a file meanwhile; left alone, reported, and the rest still cleaned.
+                if path.is_symlink():
+                    self._report_link(path)
                 _log.warning("state.clean_failed", task_id=str(task_id), error=str(exc))
         return cleaned
 
@@ -233,15 +281,14 @@ class StateDirectory:
         if not self.lock_task(task_id, _CLEANER):
             return False
         try:
-            _delete_contents(path, keep=LOCK_FILE)
+            delete_contents(self.app_dir, path, keep={LOCK_FILE})
         finally:
             with self._mutex:
                 _owner, fd = self._task_locks.pop(task_id)
                 # Removed under the mutex, so nobody in this process can open the old
                 # lock file between the delete and the unlock.
                 with contextlib.suppress(OSError):
-                    (path / LOCK_FILE).unlink()
-                    path.rmdir()
+                    remove_dir(self.app_dir, path, files=(LOCK_FILE,))
                 _release(fd)
         _log.info("state.task_cleaned", task_id=str(task_id))
         return True
@@ -253,10 +300,15 @@ class StateDirectory:
         except FileNotFoundError:
             return True
 
+    def _try_flock(self, path: Path) -> int | None:
+        """Open the lock file ``path`` (never through a link) and take its flock; None if
+        someone holds it."""
+        return _flock(open_file(self.app_dir, path, os.O_RDWR | os.O_CREAT))
+
     def _lock_process(self) -> int:
         path = self.app_dir / LOCK_FILE
         try:
-            fd = _try_flock(path)
+            fd = self._try_flock(path)
         except OSError as exc:
             raise StateDirError(_describe(path, exc)) from exc
         if fd is None:
@@ -312,9 +364,8 @@ def _describe(path: Path, exc: OSError) -> str:
     return f"state directory {path} is not usable: {reason}"
 
 
-def _try_flock(path: Path) -> int | None:
-    """Open ``path`` and take an exclusive non-blocking flock; None if someone holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+def _flock(fd: int) -> int | None:
+    """Take an exclusive non-blocking flock on ``fd``; None (``fd`` closed) if held."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -337,13 +388,3 @@ def _read_pid(path: Path) -> str:
         return path.read_text(encoding="ascii").strip() or "unknown"
     except (OSError, UnicodeDecodeError):
         return "unknown"
-
-
-def _delete_contents(path: Path, keep: str) -> None:
-    for entry in path.iterdir():
-        if entry.name == keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()

@@ -8,13 +8,14 @@ the memtables of all of them pass their budget.
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from pathlib import Path
 
 import rocksdict
 
-from worker.errors import StoreCorrupted
+from worker.errors import StoreCorrupted, UnsafeStatePath
 from worker.observability import get_logger
+from worker.state.confined import remove_tree
 from worker.state.rocksdb_errors import StoreClosedError, StoreError, rocksdb_errors
 
 SCRATCH_DIR = ".atomic-flush"  # scratch checkpoint used to flush both families at once
@@ -41,9 +42,12 @@ def flush_atomically(db: rocksdict.Rdict, path: Path) -> None:
 
 
 def remove_scratch(path: Path) -> None:
-    """Delete the scratch checkpoint, and RocksDB's staging copy a crash may have left."""
+    """Delete the scratch checkpoint, and RocksDB's staging copy a crash may have left,
+    never beyond the store's directory ``path``. Best effort: a leftover is retried at
+    the next flush or open."""
     for name in (SCRATCH_DIR, SCRATCH_DIR + ".tmp"):
-        shutil.rmtree(path / name, ignore_errors=True)
+        with contextlib.suppress(OSError, UnsafeStatePath):
+            remove_tree(path, path / name)
 
 
 def memtable_bytes(db: rocksdict.Rdict, path: Path) -> int:

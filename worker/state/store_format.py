@@ -16,7 +16,9 @@ MANIFEST as an EMPTY database, and the missing record is how that is caught).
 
 from __future__ import annotations
 
+import shutil
 import struct
+import tempfile
 from collections.abc import Generator
 from pathlib import Path
 
@@ -94,6 +96,51 @@ def load_metadata(db: rocksdict.Rdict, path: Path, existed: bool) -> dict[tuple[
     elif version != FORMAT_VERSION:
         raise StoreCorrupted(str(path), f"unknown format version {version}")
     return offsets
+
+
+# rocksdict's own file beside RocksDB's, rewritten at every open, read-only ones included.
+_ROCKSDICT_CONFIG = "rocksdict-config.json"
+
+
+def read_only_metadata(
+    path: Path, options: rocksdict.Options, offsets_options: rocksdict.Options
+) -> tuple[int, dict[tuple[str, int], int]]:
+    """A store's estimated key count and committed offsets, read without writing a byte
+    under ``path`` (for ``worker state list``, which may run as another user).
+
+    RocksDB's read-only mode writes nothing to the database files, but rocksdict rewrites
+    its config file at every open and RocksDB starts an info log there. So the database
+    is opened from a scratch directory of links to its files (and a copy of that config),
+    with the info log in the scratch directory too; the originals are only read.
+
+    Raises:
+        StoreCorrupted: as :func:`load_metadata`.
+        StoreError: the files cannot be read (permissions), or vanished meanwhile.
+    """
+    with tempfile.TemporaryDirectory(prefix="worker-store-") as scratch:
+        shadow = Path(scratch) / "db"
+        shadow.mkdir()
+        with rocksdb_errors(path):
+            for entry in path.iterdir():
+                if entry.name == _ROCKSDICT_CONFIG:
+                    shutil.copyfile(entry, shadow / entry.name)
+                elif entry.is_file() and entry.name != "LOCK" and not entry.name.startswith("LOG"):
+                    (shadow / entry.name).symlink_to(entry.resolve())
+            options.create_if_missing(False)
+            options.set_db_log_dir(scratch)
+            db = rocksdict.Rdict(
+                str(shadow),
+                options,
+                column_families={OFFSETS_FAMILY: offsets_options},
+                access_type=rocksdict.AccessType.read_only(),
+            )
+        try:
+            offsets = load_metadata(db, path, existed=True)
+            with rocksdb_errors(path):
+                keys = db.property_int_value("rocksdb.estimate-num-keys") or 0
+            return keys, offsets
+        finally:
+            db.close()
 
 
 def _decode_metadata(

@@ -1,10 +1,12 @@
 """What a state directory holds: task directories, their stores, sizes and stored offsets.
 
-Used by ``worker state list``. Two sources of offsets, and the listing says which one:
+Used by ``worker state list``, which is read-only: it never takes the worker's locks and
+never creates or changes a file in the state directory (it may run as root beside a
+worker running as another user). Two sources of offsets, and the listing says which one:
 
 - ``store``: the changelog offsets committed inside each RocksDB store, the authoritative
-  ones. Reading them opens the stores, so it is done only while this tool holds the
-  state directory's process lock (no worker can start meanwhile);
+  ones, read by opening each store read-only (``read_only_metadata``) when no live
+  process holds the state directory's lock (:func:`lock_holder`);
 - ``checkpoint``: the task's ``.checkpoint`` file, when a live worker holds the lock. It
   is as fresh as the worker's last clean close or checkpoint interval
   (``statestore.checkpoint.interval.ms``); the stores may be further ahead.
@@ -14,6 +16,7 @@ Lag against the changelogs comes from :func:`with_lags`, given the changelogs' e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +27,7 @@ from worker.errors import WorkerError
 from worker.state.checkpoint import CheckpointError, read_checkpoint
 from worker.state.directory import CHECKPOINT_FILE, STORES_DIR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
-from worker.state.store import Store
+from worker.state.store_format import STREAM_TIME, read_only_metadata
 
 # Enough for opening stores one at a time to read their offsets.
 _TOOL_MEMORY = 16 * MiB
@@ -122,7 +125,7 @@ def inspect(
 ) -> StateInventory:
     """Describe every task directory in ``task_ids``.
 
-    ``open_stores`` only while the caller holds the process lock of ``app_dir``.
+    ``open_stores`` (read-only) only while no live process holds ``app_dir``'s lock.
     """
     env = RocksDBEnv(_TOOL_MEMORY) if open_stores else None
     tasks = tuple(_inspect_task(app_dir / str(t), env) for t in task_ids)
@@ -139,6 +142,42 @@ def with_lags(inventory: StateInventory, ends: Mapping[TP, int]) -> StateInvento
         for task in inventory.tasks
     )
     return replace(inventory, tasks=tasks, ends_known=True)
+
+
+def lock_holder(lock_file: Path) -> str | None:
+    """The pid of the process holding the ``flock`` on ``lock_file``; None when free.
+
+    Read from ``/proc/locks``, so the lock is never taken, not even for an instant (a
+    worker starting at that instant would find it held and exit). Where ``/proc/locks``
+    cannot be read, the pid the holder wrote into the file counts while that process
+    exists.
+    """
+    try:
+        inode = lock_file.stat().st_ino
+    except FileNotFoundError:
+        return None
+    try:
+        with open("/proc/locks", encoding="ascii") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return _live_pid_in(lock_file)
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5472274 0 EOF"; "->" marks a waiter
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):
+            return fields[4]
+    return None
+
+
+def _live_pid_in(lock_file: Path) -> str | None:
+    try:
+        pid = int(lock_file.read_text(encoding="ascii").strip())
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except (OSError, ValueError):
+        return "unknown"
+    return str(pid)
 
 
 def directory_bytes(path: Path) -> int:
@@ -170,7 +209,7 @@ def _inspect_task(task_dir: Path, env: RocksDBEnv | None) -> TaskInfo:
         path = stores_dir / name
         info = StoreInfo(name, directory_bytes(path))
         if env is not None:
-            info, offsets = _read_store(path, name, env, info)
+            info, offsets = _read_store(path, env, info)
             stored.update(offsets)
         stores.append(info)
     offsets = stored if env is not None else checkpointed
@@ -184,21 +223,16 @@ def _inspect_task(task_dir: Path, env: RocksDBEnv | None) -> TaskInfo:
     )
 
 
-def _read_store(
-    path: Path, name: str, env: RocksDBEnv, info: StoreInfo
-) -> tuple[StoreInfo, dict[TP, int]]:
-    """Open a store just long enough to read its offsets and key estimate.
+def _read_store(path: Path, env: RocksDBEnv, info: StoreInfo) -> tuple[StoreInfo, dict[TP, int]]:
+    """Open a store read-only just long enough to read its offsets and key estimate.
 
-    A directory without a database (no ``CURRENT`` file) is left alone: opening it would
-    create an empty store.
+    A directory without a database (no ``CURRENT`` file) is left alone.
     """
     if not (path / "CURRENT").exists():
         return replace(info, error="no database"), {}
     try:
-        store = Store.open(path, env, name)
-    except WorkerError as exc:
+        keys, offsets = read_only_metadata(path, env.options(), env.offsets_options())
+    except (WorkerError, OSError) as exc:
         return replace(info, error=str(exc)), {}
-    try:
-        return replace(info, keys=store.approximate_num_keys()), store.committed_offsets()
-    finally:
-        store.close()
+    offsets.pop(STREAM_TIME, None)
+    return replace(info, keys=keys), offsets

@@ -1,14 +1,16 @@
-"""``worker state list`` and ``worker state wipe``: look at and delete local task state.
+"""``worker state list`` and ``worker state wipe``: look at and delete local task state
+(``worker state repair``, in :mod:`worker.tools.repair`, shares the group and helpers).
 
 Both work on ``<state-dir>/<application.id>/`` (the application id comes from the same
 config layers as ``worker start``: ``--config``, ``WORKER_*``, ``--set``) and use the
 worker's own :class:`~worker.state.directory.StateDirectory` and its locks, so they can
 never act under a live worker's feet:
 
-- ``list`` takes the process lock when it is free and reads the offsets committed inside
-  the stores; while a worker holds it, it reads the ``.checkpoint`` files instead and
-  says so. With a reachable broker it adds each changelog's end and the lag (a short
-  ``--timeout``); ``--no-lag`` skips the broker.
+- ``list`` is read-only: it never takes a lock and never creates or changes a file. When
+  no live process holds the state directory it opens each store read-only and reads the
+  offsets committed inside it; while a worker holds it, it reads the ``.checkpoint``
+  files instead and says so. With a reachable broker it adds each changelog's end and
+  the lag (a short ``--timeout``); ``--no-lag`` skips the broker.
 - ``wipe`` refuses (exit 1) while a live process holds the lock. A wiped task's state is
   restored from its changelog the next time this instance is given the task.
 
@@ -30,22 +32,34 @@ import orjson
 
 from worker.assignment.task_id import TaskId
 from worker.config import Settings, load, parse_assignments
-from worker.errors import ConfigError, StateDirError, StateLocked, WorkerError
+from worker.errors import ConfigError, StateDirError, StateLocked, UnsafeStatePath, WorkerError
+from worker.kafka.client_config import check_passthrough
 from worker.observability import configure_logging
+from worker.state.confined import check_inside, remove_dir
 from worker.state.directory import LOCK_FILE, StateDirectory
-from worker.tools.inventory import StateInventory, directory_bytes, inspect, with_lags
+from worker.tools.inventory import (
+    StateInventory,
+    directory_bytes,
+    inspect,
+    lock_holder,
+    with_lags,
+)
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def fail(message: str, code: int) -> NoReturn:
+    """One line on stderr and the exit code (shared by the state commands)."""
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
 
-def _settings(config: Path | None, sets: tuple[str, ...]) -> Settings:
+def tool_settings(config: Path | None, sets: tuple[str, ...]) -> Settings:
+    """The settings as ``worker start`` would load them; exit 2 naming a bad key."""
     try:
-        return load(config, parse_assignments(list(sets))).settings
+        settings = load(config, parse_assignments(list(sets))).settings
+        check_passthrough(settings)
     except ConfigError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
+    return settings
 
 
 def _app_dir(settings: Settings, state_dir: Path | None) -> tuple[Path, Path]:
@@ -55,7 +69,7 @@ def _app_dir(settings: Settings, state_dir: Path | None) -> tuple[Path, Path]:
     if not app_dir.is_dir():
         others = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f"; application directories there: {', '.join(others)}" if others else ""
-        _fail(
+        fail(
             f"no state for application.id {settings.application_id!r} in {root}{hint}"
             " (set application.id with --config or --set)",
             1,
@@ -89,7 +103,7 @@ state_dir_option = click.option(
 
 
 @contextlib.contextmanager
-def _logs_to_stderr() -> Iterator[None]:
+def logs_to_stderr() -> Iterator[None]:
     """Send everything written to file descriptor 1 to stderr meanwhile.
 
     stdout is the command's output (``--json`` must parse), but loggers that modules
@@ -109,7 +123,7 @@ def _logs_to_stderr() -> Iterator[None]:
 
 @click.group("state")
 def state() -> None:
-    """Inspect and wipe the local state of task directories."""
+    """Inspect and wipe the local state of task directories; repair a changelog key."""
     configure_logging("warning", "console")  # on stderr; stdout is the command's output
 
 
@@ -134,10 +148,10 @@ def list_command(
     no_lag: bool,
     timeout: float,
 ) -> None:
-    """Task directories with their stores, sizes, stored offsets and lag."""
-    settings = _settings(config, sets)
+    """Task directories with their stores, sizes, stored offsets and lag (read-only)."""
+    settings = tool_settings(config, sets)
     root, app_dir = _app_dir(settings, state_dir)
-    with _logs_to_stderr():
+    with logs_to_stderr():
         inventory = _inventory(root, app_dir, settings)
         if not no_lag and inventory.changelog_partitions():
             inventory = _add_lags(inventory, settings, timeout)
@@ -148,18 +162,9 @@ def list_command(
 
 
 def _inventory(root: Path, app_dir: Path, settings: Settings) -> StateInventory:
-    directory = StateDirectory(root, settings.application_id)
-    try:
-        directory.open()
-    except StateLocked:
-        pid = _holder_pid(app_dir)
-        return inspect(app_dir, directory.list_task_ids(), open_stores=False, in_use_by=pid)
-    except StateDirError as exc:
-        _fail(str(exc), 1)
-    try:
-        return inspect(app_dir, directory.list_task_ids(), open_stores=True)
-    finally:
-        directory.close()
+    task_ids = StateDirectory(root, settings.application_id).list_task_ids()  # not opened
+    holder = lock_holder(app_dir / LOCK_FILE)
+    return inspect(app_dir, task_ids, open_stores=holder is None, in_use_by=holder)
 
 
 def _add_lags(inventory: StateInventory, settings: Settings, timeout: float) -> StateInventory:
@@ -241,48 +246,54 @@ def wipe_command(
     try:
         task_ids = sorted({TaskId.parse(t) for t in tasks})
     except ValueError as exc:
-        _fail(f"{exc} (task ids look like 0_3)", 2)
-    settings = _settings(config, sets)
+        fail(f"{exc} (task ids look like 0_3)", 2)
+    settings = tool_settings(config, sets)
     root, app_dir = _app_dir(settings, state_dir)
     directory = StateDirectory(root, settings.application_id)
     try:
-        with _logs_to_stderr():
+        with logs_to_stderr():
             directory.open()
     except StateLocked:
-        _fail(
+        fail(
             f"refusing to wipe: {app_dir} is in use by a live worker (pid {_holder_pid(app_dir)});"
             " stop it first",
             1,
         )
     except StateDirError as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     try:
         _wipe(directory, app_dir, task_ids, yes)
     finally:
-        with _logs_to_stderr():
+        with logs_to_stderr():
             directory.close()
 
 
 def _wipe(directory: StateDirectory, app_dir: Path, task_ids: list[TaskId], yes: bool) -> None:
+    for task_id in task_ids:
+        try:
+            check_inside(app_dir, app_dir / str(task_id))
+        except UnsafeStatePath as exc:
+            fail(f"{exc}; nothing wiped", 1)
     present = set(directory.list_task_ids())
     missing = [str(t) for t in task_ids if t not in present]
     if missing:
-        _fail(f"no task directory {', '.join(missing)} in {app_dir}; nothing wiped", 1)
+        fail(f"no task directory {', '.join(missing)} in {app_dir}; nothing wiped", 1)
     names = ", ".join(map(str, task_ids))
     if not yes and not click.confirm(f"Delete the local state of {names} in {app_dir}?"):
-        _fail("nothing wiped", 1)
+        fail("nothing wiped", 1)
     owner = object()
     for task_id in task_ids:
         path = app_dir / str(task_id)
         size = directory_bytes(path)
         if not directory.lock_task(task_id, owner):
-            _fail(f"task directory {task_id} is locked; nothing more wiped", 1)
+            fail(f"task directory {task_id} is locked; nothing more wiped", 1)
         try:
-            with _logs_to_stderr():
+            with logs_to_stderr():
                 directory.wipe_task(task_id, owner)
+        except UnsafeStatePath as exc:
+            fail(f"{exc}; nothing more wiped", 1)
         finally:
             directory.unlock_task(task_id, owner)
         # We hold the process lock: nobody can be about to lock this directory again.
-        (path / LOCK_FILE).unlink(missing_ok=True)
-        path.rmdir()
+        remove_dir(app_dir, path, files=(LOCK_FILE,))
         click.echo(f"wiped {task_id} ({_size(size)})")
