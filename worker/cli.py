@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from pydantic import SecretStr
 
 from worker import __version__
 from worker.config import (
     REDACTED,
     LoadedSettings,
-    Settings,
     is_secret,
     load,
     parse_assignments,
@@ -171,7 +171,7 @@ def config_show(config: Path | None, sets: tuple[str, ...], show_secrets: bool) 
         loaded = _load_settings(config, sets, None)
     except ConfigError as exc:
         _fail(str(exc), 2)
-    values = {k: str(v) for k, v in loaded.settings.model_dump(by_alias=True).items()}
+    values = {k: _shown(v) for k, v in loaded.settings.model_dump(by_alias=True).items()}
     values.pop("kafka")
     values.update({f"kafka.{k}": v for k, v in loaded.settings.kafka.items()})
     for key in sorted(k for k in values if not k.startswith("kafka.")) + sorted(
@@ -187,11 +187,10 @@ def config_show(config: Path | None, sets: tuple[str, ...], show_secrets: bool) 
     )
 
 
-def settings_from(config: Path | None, sets: tuple[str, ...]) -> Settings:
-    try:
-        return load(config, parse_assignments(list(sets))).settings
-    except ConfigError as exc:
-        _fail(str(exc), 2)
+def _shown(value: object) -> str:
+    """A setting as the user wrote it: pydantic masks a SecretStr as stars, which would
+    make --show-secrets print the stars."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
 
 
 from worker.dev.commands import dev  # noqa: E402  (registers the dev group)

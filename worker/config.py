@@ -10,6 +10,7 @@ Every value is validated before anything starts; an error names the key
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path

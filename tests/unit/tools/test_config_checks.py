@@ -50,11 +50,24 @@ def test_config_show_redacts_every_secret_from_every_layer(tmp_path: Path) -> No
 
 def test_config_show_prints_secrets_when_asked(tmp_path: Path) -> None:
     sets = [arg for key, value in SECRETS.items() for arg in ("--set", f"{key}={value}")]
-    result = run("config", "show", "--show-secrets", *sets)
+    token = "a-query-token-of-some-length"
+    result = run(
+        "config", "show", "--show-secrets", *sets, env={"WORKER_HTTP_AUTH_TOKEN": token}
+    )  # fmt: skip
 
     assert result.returncode == 0, result.stderr
     values = shown(result.stdout)
     assert {key: values[key] for key in SECRETS} == SECRETS
+    assert values["http.auth.token"] == token
+
+
+def test_config_show_redacts_the_query_token() -> None:
+    token = "a-query-token-of-some-length"
+    result = run("config", "show", env={"WORKER_HTTP_AUTH_TOKEN": token})
+
+    assert result.returncode == 0, result.stderr
+    assert shown(result.stdout)["http.auth.token"] == "<redacted>"
+    assert token not in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(
