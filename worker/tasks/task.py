@@ -21,17 +21,15 @@ from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
 from worker.events import TASK_WIPED
 from worker.kafka.collector import RecordCollector
-from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
-from worker.processing import timestamps
 from worker.processing.graph import TaskGraph
-from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.tasks.active_graph import build_active_graph
 from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
@@ -136,30 +134,17 @@ class Task:
             self._graph = self._new_graph()
 
     def _new_graph(self) -> TaskGraph:
-        settings = self._ctx.settings
-        errors = RecordErrorHandler(
+        """The active's graph, failure policy and punctuators (``active_graph.py``)."""
+        built = build_active_graph(
             str(self.id),
-            ExceptionPolicy(settings.default_deserialization_exception_handler),
-            ExceptionPolicy(settings.processing_exception_handler),
-            dlq_topic(settings.application_id),
-            self._ctx.collector,
-            self._ctx.metrics,
-            self._ctx.clock,
+            self.subtopology,
+            self.stores,
+            self._ctx,
+            self._stream_times.value,
             self.log,
-            settings.max_record_bytes,
         )
-        self.failures = ProcessingFailures(
-            errors, settings.processing_exception_max_retries, self.log
-        )
-        extractor = timestamps.resolve(settings.timestamp_extractor)
-        sink = self._ctx.collector
-        graph = TaskGraph(self.subtopology, str(self.id), self.stores, sink, errors, extractor)
-        graph.context.stream_time = self._stream_times.value
-        for store in self.stores.values():
-            store.stamp_writes(graph.context)
-        clock, metrics, processors = self._ctx.clock, self._ctx.metrics, self.subtopology.processors
-        self.punctuators = TaskPunctuators(graph.context, processors, clock, metrics, self.failures)
-        return graph
+        self.failures, self.punctuators = built.failures, built.punctuators
+        return built.graph
 
     @property
     def is_active(self) -> bool:
