@@ -26,6 +26,7 @@ ASSIGNMENT_APPLIED = "assignment.applied"
 INITIAL_STANDBYS_OPENED = "initial_standbys.opened"
 INITIAL_STANDBY_RECYCLED = "initial_standby.recycled"
 TASK_WIPED = "task.wiped"
+TASK_CORRUPTED = "task.corrupted"
 HANDOVER_RELEASED = "handover.released"  # the old owner released tasks in their changelogs
 HANDOVER_TAKEN_OVER = "handover.taken_over"  # the new owner read a release and took over
 

@@ -151,6 +151,7 @@ def assemble(
         member,
         guarantee.commit_protocol(member),
         high_watermarks=watermarks.read,
+        request_rebalance=member.request_rebalance,
     )
     parts.tasks.on_change = hooks.on_change
     stack.callback(lambda: parts.tasks.close_all(clean=outcome.clean))

@@ -41,6 +41,9 @@ class Tasks:
         # Source offsets a released task resumes from (its old owner's release marker),
         # taken when its processing starts.
         self.released: dict[TaskId, dict[TP, int]] = {}
+        # Actives wiped for corruption and restoring again (worker/tasks/healing.py): the
+        # group is told they are copies being restored, not running actives.
+        self.healing: set[TaskId] = set()
         self._log = get_logger(component="tasks")
         # Called after every change others publish (the worker's status snapshot).
         self.on_change: Callable[[], None] = lambda: None
@@ -79,12 +82,17 @@ class Tasks:
         finished = self._reader.step(timeout)
         for task in finished:
             task.revived = False
+            self.healing.discard(task.id)
             task.transition(TaskState.RUNNING, "restored")
             self._start_inputs(task)
             if task.punctuators is not None:  # after the stream time it resumes with
                 task.punctuators.start(task.stream_time)
         if finished:
             self.on_change()
+
+    def take_corrupted(self) -> list[tuple[Task, str]]:
+        """The tasks whose restore or standby update met corruption since the last call."""
+        return self._reader.take_corrupted()
 
     def take_markers(self) -> list[tuple[TP, ReleaseMarker]]:
         """The release markers the changelog reader read since the last call."""
@@ -143,6 +151,7 @@ class Tasks:
     def close(self, task_id: TaskId, clean: bool) -> None:
         """Stop and close one task (clean: checkpoint written); a failing close is logged."""
         task = self.by_id.pop(task_id)
+        self.healing.discard(task_id)
         if task.role is TaskRole.INITIAL_STANDBY:
             self.ctx.metrics.initial_standbys_closed.inc()
             task.log.info("initial_standby.closed", reason="not assigned")

@@ -12,7 +12,8 @@ and resumes from, by :mod:`worker.tasks.stream_time`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from worker.assignment.task_id import TP, TaskId
@@ -31,6 +32,7 @@ from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.tasks.active_graph import build_active_graph
 from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint
+from worker.tasks.corruption import CorruptionReports
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
@@ -48,6 +50,8 @@ class TaskContext:
     collector: RecordCollector
     metrics: Metrics
     clock: Clock
+    # Corruption found at run time, for the healer (worker/tasks/healing.py).
+    corruption: CorruptionReports = field(default_factory=CorruptionReports)
 
 
 class Task:
@@ -127,9 +131,9 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = open_store(
-                spec, path, self._ctx.env, self.id, self._ctx.metrics
-            )
+            store = open_store(spec, path, self._ctx.env, self.id, self._ctx.metrics)
+            store.corruption_found = partial(self._ctx.corruption.report, self.id)
+            self.stores[spec.name] = store
         if self.role is TaskRole.ACTIVE:
             self._graph = self._new_graph()
 
@@ -366,7 +370,10 @@ class Task:
 
         Only changelogs this task wrote in this commit take an acked offset: an offset
         acknowledged earlier (say, before the task moved away and came back) must never
-        overwrite a newer one the store restored since.
+        overwrite a newer one the store restored since. A store whose write meets
+        corruption is reported for healing (``corruption.py``) and the others are
+        written: what it missed is in its changelog already, acknowledged, so the
+        restore after the wipe brings it back.
         """
         produced, self._produced = self._produced, set()
         if self.punctuators is not None:
@@ -379,7 +386,10 @@ class Task:
                 offset = self._consumed.get(tp)
             else:
                 offset = acked.get(tp) if tp in produced else None
-            store.commit({tp: offset} if offset is not None else {}, stream_time)
+            try:
+                store.commit({tp: offset} if offset is not None else {}, stream_time)
+            except StoreCorrupted as exc:
+                self._ctx.corruption.report(self.id, exc.reason)
         self._stream_times.marker_committed()
 
     def source_offsets_to_commit(self) -> dict[TP, int]:
