@@ -27,6 +27,12 @@ class CorruptionReports:
         with self._lock:
             self._found.setdefault(task_id, reason)
 
+    def discard(self, task_id: TaskId) -> None:
+        """Forget reports about ``task_id``: its stores were just wiped, and a query that
+        read the old ones while they closed may have reported after the last take."""
+        with self._lock:
+            self._found.pop(task_id, None)
+
     def take(self) -> dict[TaskId, str]:
         """Every report since the last call (checked without the lock while empty: the
         processing loop calls this every iteration)."""

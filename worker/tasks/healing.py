@@ -93,6 +93,9 @@ class TaskHealer:
         task.discard_uncommitted()
         task.transition(TaskState.CORRUPTED, reason)
         task.wipe(WIPE_REASON)
+        # The old stores are closed now: no read of them can report any more, and what
+        # reads of them reported since the last take is about files just deleted.
+        self._tasks.ctx.corruption.discard(task.id)
         if not started:
             return
         if task.is_active:

@@ -1,0 +1,157 @@
+"""Bytes flipped in an SST data block of a running worker's task: the task heals itself.
+
+RocksDB opens a store whose data block is corrupt without complaint and finds the damage
+only when it reads the block. This test lets the worker flush a task's store to an SST
+file, overwrites the middle of that file's data section while the worker runs, and then
+reads the keys it holds, by interactive queries (which read RocksDB directly, past the
+worker's read cache) and by records for the same keys. The worker must answer 503 (never
+500) for that task meanwhile, wipe and restore it (``worker_state_wipes_total{reason=
+"corrupt_read"}``), keep processing the other tasks, and lose nothing: every input has
+its output and the changelog's count of every key equals a plain recount.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.kafka_io import fold, read_partition
+from tests.support.waiting import wait_until
+from worker.config import load
+from worker.examples import counting
+from worker.kafka.loader import produce_records
+from worker.partitioner import partition_for
+from worker.serde import JSON, STR
+
+pytestmark = pytest.mark.faults
+
+PARTITIONS = 4
+KEYS = [f"key-{i:06d}" for i in range(16_000)]
+TARGET = 1  # the partition (task 0_1) whose store is damaged
+APP = "worker.examples.counting:build"
+
+
+def partition_of(key: str) -> int:
+    return partition_for(key.encode(), PARTITIONS)
+
+
+class Inputs:
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.settings = load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
+        self.sent: list[str] = []
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        topics = [NewTopic(t, PARTITIONS, 1) for t in (counting.INPUTS, counting.OUTPUTS)]
+        for future in admin.create_topics(topics).values():
+            future.result(30)
+
+    def produce(self, keys: list[str]) -> None:
+        start = len(self.sent)
+        records = [(key, {"id": start + i}) for i, key in enumerate(keys)]
+        produce_records(self.settings, counting.INPUTS, records, STR, JSON)
+        self.sent.extend(keys)
+
+    def output_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for p in range(PARTITIONS):
+            for _, _, value in read_partition(self.bootstrap, counting.OUTPUTS, p):
+                if value:
+                    ids.add(orjson.loads(value)["id"])
+        return ids
+
+    def changelog_counts(self, application_id: str) -> dict[str, int]:
+        topic = f"{application_id}-{counting.COUNTS}-changelog"
+        table: dict[bytes, bytes] = {}
+        for p in range(PARTITIONS):
+            table.update(fold(read_partition(self.bootstrap, topic, p)))
+        return {k.decode(): orjson.loads(v) for k, v in table.items()}
+
+
+def largest_sst(store_dir: Path) -> Path | None:
+    files = sorted(store_dir.glob("*.sst"), key=lambda p: p.stat().st_size)
+    return files[-1] if files else None
+
+
+def damage(sst: Path) -> None:
+    """Overwrite the middle of the data section: from 10 % to 60 % of the file. Data
+    blocks come first in an SST; its index, filter and footer, at the end, stay intact."""
+    size = sst.stat().st_size
+    start, end = size // 10, size * 6 // 10
+    with sst.open("r+b") as fh:
+        fh.seek(start)
+        fh.write(b"\xab" * (end - start))
+
+
+@pytest.mark.duration(40)
+def test_a_corrupt_sst_block_found_at_run_time_heals_its_task_and_loses_nothing(
+    own_broker, worker_factory
+):
+    inputs = Inputs(own_broker.bootstrap)
+    settings = {
+        "bootstrap.servers": own_broker.bootstrap,
+        "processing.guarantee": "at_least_once",
+        "commit.interval.ms": 300,
+        # Every commit flushes the stores' memtables (the checkpoint) once this has passed.
+        "statestore.checkpoint.interval.ms": 500,
+        "rocksdb.memory.bytes": 16 * 1024 * 1024,  # the least: small block and read caches
+        "num.standby.replicas": 0,
+    }
+    worker = worker_factory("w", settings=settings, args=["--app", APP])
+    worker.wait_ready(90)
+    inputs.produce(KEYS)
+    worker.wait_for_metric("worker_processed_records_total", lambda v: v >= len(KEYS), 90)
+
+    # A trickle of records makes commits, whose checkpoints flush the store to an SST.
+    store_dir = (
+        worker.state_dir / worker_factory.application_id / f"0_{TARGET}" / "rocksdb" / "counts"
+    )
+    target_keys = [k for k in KEYS if partition_of(k) == TARGET]
+
+    def flushed() -> bool:
+        inputs.produce([f"tick-{len(inputs.sent)}"])
+        sst = largest_sst(store_dir)
+        return sst is not None and sst.stat().st_size > 20_000
+
+    wait_until(flushed, 60, message=f"an SST of the target store: {list(store_dir.glob('*'))}")
+    sst = largest_sst(store_dir)
+    assert sst is not None
+    damage(sst)
+
+    statuses: Counter[int] = Counter()
+    for key in target_keys[:: max(1, len(target_keys) // 200)]:
+        status, body = worker.get(f"/stores/counts/keys/{key}")
+        statuses[status] += 1
+        assert status != 500, f"{key}: {body!r}"
+    wait_until(
+        lambda: worker.metric("worker_state_wipes_total", reason="corrupt_read") >= 1,
+        60,
+        message=f"the corrupted task wiped (queries answered {dict(statuses)})",
+    )
+    assert statuses[503] > 0, f"a query met the corrupt block: {dict(statuses)}"
+    assert worker.metric("worker_state_wipes_total", reason="corrupt_read") == 1, "healed once"
+
+    inputs.produce(KEYS)  # every key once more: the healed task reads its restored counts
+    expected_ids = set(range(len(inputs.sent)))
+    wait_until(
+        lambda: inputs.output_ids() >= expected_ids,
+        120,
+        message="an output for every input",
+    )
+    expected = Counter(inputs.sent)
+    wait_until(
+        lambda: inputs.changelog_counts(worker_factory.application_id) == expected,
+        60,
+        message="the changelog's counts equal the recount",
+    )
+    worker.wait_ready(60)
+    assert worker.alive and len(worker.pids) == 1, "the worker never stopped"
+    corrupted = {e["task_id"] for e in worker.log_events() if e.get("event") == "task.corrupted"}
+    assert corrupted == {f"0_{TARGET}"}, "only the damaged task was touched"
+    for key in target_keys[:50]:
+        status, body = worker.get(f"/stores/counts/keys/{key}")
+        assert status == 200 and orjson.loads(body)["value"] == 2, (key, status, body)
+    assert worker.terminate() == 0
