@@ -13,6 +13,9 @@ from __future__ import annotations
 WORKER_STARTING = "worker.starting"
 WORKER_STOPPED = "worker.stopped"
 WORKER_SHUTDOWN_TIMEOUT = "worker.shutdown_timeout"
+# start-up waiting for the broker (runtime/broker_wait.py)
+BROKER_WAITING = "broker.waiting"  # a start-up step could not reach the broker; retried
+BROKER_WAITED = "broker.waited"  # the step succeeded after waiting
 
 # group membership (kafka/membership.py, kafka/task_assignor.py)
 MEMBERSHIP_STARTED = "membership.started"
