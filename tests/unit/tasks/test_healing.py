@@ -14,11 +14,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit.tasks.conftest import COUNTS, T00, T01, Harness, assignment
+from tests.unit.tasks.conftest import COUNTS, T00, T01, Harness, assignment, make_harness
+from tests.unit.tasks.test_processing_failures import AbortingProtocol
 from tests.unit.tasks.test_task_manager import cl, events, running
 from worker.errors import StoreCorrupted
+from worker.processing.topology import BuiltTopology
 from worker.state.store import Store, StoreClosedError, StoreHealing
 from worker.tasks.state import TaskState
+from worker.tasks.task import TaskContext
 
 BLOCK = "block checksum mismatch"
 
@@ -149,3 +152,23 @@ def test_a_report_for_a_task_closed_since_heals_nothing(harness: Harness) -> Non
     harness.parts.healer.heal_reported()
 
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 0
+
+
+def test_under_exactly_once_the_open_transaction_is_aborted_and_the_others_revived(
+    topology: BuiltTopology, ctx: TaskContext
+) -> None:
+    protocol = AbortingProtocol()
+    h = make_harness(topology, ctx, protocol)
+    healthy, corrupted = running(h, T00, T01)
+    events(h, T00, "a")
+    failing(corrupted.stores[COUNTS], "_read_committed")
+
+    events(h, T01, "b")
+
+    assert protocol.aborts == 1
+    assert corrupted.state is TaskState.RESTORING
+    assert healthy.state is TaskState.RESTORING, "its output since the commit was aborted"
+    assert dict(healthy.stores[COUNTS].pending()) == {}
+    assert h.metric("worker_state_wipes_total", reason="corrupt_read") == 1
+    assert h.metric("worker_task_revivals_total", reason="corrupt_read") == 1
+    h.manager.close_all(clean=False)
