@@ -7,11 +7,12 @@ revives tasks and keeps the ``.checkpoint`` files in step with it.
 
 from __future__ import annotations
 
-from worker.errors import RebalanceInProgress, TaskCorrupted
+from worker.errors import RebalanceInProgress, StoreCorrupted, TaskCorrupted
 from worker.observability import get_logger
 from worker.tasks.commit_protocols import CommitFailed, CommitProtocol, Releases
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
+from worker.tasks.task import Task
 
 
 class TaskCommitter:
@@ -65,7 +66,7 @@ class TaskCommitter:
             return False
         for task in running:
             task.mark_sources_committed(offsets)
-            task.maybe_write_checkpoint()
+            self._maybe_checkpoint(task)
         metrics.commits.labels(result="committed").inc()
         return True
 
@@ -84,4 +85,12 @@ class TaskCommitter:
         """Standby stores commit each batch they apply; only their .checkpoint lags behind."""
         for task in self._tasks.by_id.values():
             if not task.is_active and task.state is TaskState.RUNNING:
-                task.maybe_write_checkpoint()
+                self._maybe_checkpoint(task)
+
+    def _maybe_checkpoint(self, task: Task) -> None:
+        """A checkpoint flushes the memtables: a store whose RocksDB met corruption in
+        the background (a compaction read a bad block) fails here; heal it."""
+        try:
+            task.maybe_write_checkpoint()
+        except StoreCorrupted as exc:
+            self._tasks.ctx.corruption.report(task.id, exc.reason)

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.unit.tasks.conftest import COUNTS, T00, T01, Harness, assignment, make_harness
+from tests.unit.tasks.conftest import (
+    CHECKPOINT_INTERVAL_S,
+    COUNTS,
+    T00,
+    T01,
+    Harness,
+    assignment,
+    make_harness,
+)
 from tests.unit.tasks.test_processing_failures import AbortingProtocol
 from tests.unit.tasks.test_task_manager import cl, events, running
 from worker.errors import StoreCorrupted
@@ -172,3 +180,18 @@ def test_under_exactly_once_the_open_transaction_is_aborted_and_the_others_reviv
     assert h.metric("worker_state_wipes_total", reason="corrupt_read") == 1
     assert h.metric("worker_task_revivals_total", reason="corrupt_read") == 1
     h.manager.close_all(clean=False)
+
+
+def test_a_checkpoint_flush_that_meets_corruption_heals_the_task(harness: Harness) -> None:
+    committed_state(harness)
+    events(harness, T01, "b")
+    failing(harness.manager.tasks[T01].stores[COUNTS], "flush")
+    harness.clock.advance(CHECKPOINT_INTERVAL_S + 1)
+
+    assert harness.commits.commit(), "the commit itself went through"
+    harness.replicate_changelogs()
+    harness.parts.healer.heal_reported()
+    harness.restore()
+
+    assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
+    assert count_of(harness, T01, b"b") == b"2"
