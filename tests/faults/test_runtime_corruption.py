@@ -149,8 +149,15 @@ def test_a_corrupt_sst_block_found_at_run_time_heals_its_task_and_loses_nothing(
     )
     worker.wait_ready(60)
     assert worker.alive and len(worker.pids) == 1, "the worker never stopped"
-    corrupted = {e["task_id"] for e in worker.log_events() if e.get("event") == "task.corrupted"}
+    events = worker.log_events()
+    found = next(i for i, e in enumerate(events) if e.get("event") == "task.corrupted")
+    corrupted = {e["task_id"] for e in events if e.get("event") == "task.corrupted"}
     assert corrupted == {f"0_{TARGET}"}, "only the damaged task was touched"
+    others = {f"0_{p}" for p in range(PARTITIONS)} - corrupted
+    moved = [
+        e for e in events[found:] if e.get("event") == "task.transition" and e["task_id"] in others
+    ]
+    assert moved == [], "the other tasks kept running through the heal and its rebalance"
     for key in target_keys[:50]:
         status, body = worker.get(f"/stores/counts/keys/{key}")
         assert status == 200 and orjson.loads(body)["value"] == 2, (key, status, body)
