@@ -287,18 +287,13 @@ class Worker:
         # A task awaiting its old owner's release counts as this instance's own: the
         # leader leaves it here, and gives it outright should the release never come.
         incoming = manager.awaiting_release()
-        # An active wiped for corruption and restoring again is reported as a copy with
-        # what it has restored, so a caught-up standby elsewhere may take it over
-        # (worker/tasks/healing.py, step 4).
-        healing = manager.healing()
         return Subscription(
             process_id=rt.state_dir.process_id,
             endpoint=self._routing.endpoint,
             task_offset_sums=manager.offset_sums(),
-            prev_active=(manager.tasks_by_role(TaskRole.ACTIVE) - healing) | incoming,
-            prev_standby=(
-                manager.tasks_by_role(TaskRole.STANDBY, TaskRole.WARMUP, TaskRole.INITIAL_STANDBY)
-                | healing
+            prev_active=manager.tasks_by_role(TaskRole.ACTIVE) | incoming,
+            prev_standby=manager.tasks_by_role(
+                TaskRole.STANDBY, TaskRole.WARMUP, TaskRole.INITIAL_STANDBY
             )
             - incoming,
         )

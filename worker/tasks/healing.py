@@ -20,7 +20,7 @@ from worker.assignment.task_id import TaskId
 from worker.events import TASK_CORRUPTED
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.registry import Tasks
-from worker.tasks.state import TaskState
+from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
 
 WIPE_REASON = "corrupt_read"
@@ -55,16 +55,18 @@ class TaskHealer:
         2. When one of them is a running active, drop the output of the open commit
            where the guarantee can (exactly-once aborts the transaction); every other
            running active then lost its uncommitted work too and is revived.
-        3. Each corrupted task: stop its inputs, drop its uncommitted work, close its
-           stores dirty, delete its directory's contents and open them empty
-           (``worker_state_wipes_total{reason="corrupt_read"}``), then start it again:
-           an active restores its changelogs from the beginning, a standby tails them.
-           An initial standby, not started yet, waits for the assignment wiped.
-        4. When an active was healed, ask the group for a rebalance. Until its restore
-           ends this instance reports the task as a copy with what it has restored,
-           not as its running active (:attr:`Tasks.healing`), so the assignment's usual
-           rules decide: a caught-up standby elsewhere takes it over, or it stays and
-           finishes restoring here.
+        3. Each corrupted task: stop its inputs and drop its uncommitted work; an active
+           becomes a standby here (recycled: it processes nothing until the group says
+           where it runs); close its stores dirty, delete its directory's contents and
+           open them empty (``worker_state_wipes_total{reason="corrupt_read"}``), then
+           tail its changelogs from the beginning. An initial standby, not started yet,
+           waits for the assignment wiped.
+        4. When an active was healed, ask the group for a rebalance. This instance now
+           reports the task as a standby with what it has restored, so the assignment's
+           usual rules decide: a caught-up standby elsewhere takes it over at once (this
+           instance no longer claims it, and no longer processes it: never two owners),
+           or it comes back here and, recycled into an active, restores only what its
+           standby has not read yet.
         """
         tasks = [
             task
@@ -79,26 +81,28 @@ class TaskHealer:
             others = [t for t in running if t not in tasks]
             if others:
                 self._tasks.revive(others, WIPE_REASON, "a corrupted task's transaction aborted")
-        for task in tasks:
-            self._heal(task, found[task.id])
+        demoted = [self._heal(task, found[task.id]) for task in tasks]
         self._tasks.publish_kinds()
         self._tasks.on_change()
-        if self._request_rebalance is not None and any(t.is_active for t in tasks):
+        if self._request_rebalance is not None and any(demoted):
             self._request_rebalance("task corrupted")
 
-    def _heal(self, task: Task, reason: str) -> None:
+    def _heal(self, task: Task, reason: str) -> bool:
+        """Step 3 for one task; True when it was an active (now a standby)."""
         started = task.state is not TaskState.CREATED
         task.log.warning(TASK_CORRUPTED, reason=reason, state=task.state.value)
         self._tasks.stop_inputs(task)
         task.discard_uncommitted()
+        demoted = task.is_active
+        if demoted:
+            if task.state is not TaskState.SUSPENDED:
+                task.transition(TaskState.SUSPENDED, "corrupted")
+            task.recycle(TaskRole.STANDBY)
         task.transition(TaskState.CORRUPTED, reason)
         task.wipe(WIPE_REASON)
         # The old stores are closed now: no read of them can report any more, and what
         # reads of them reported since the last take is about files just deleted.
         self._tasks.ctx.corruption.discard(task.id)
-        if not started:
-            return
-        if task.is_active:
-            task.revived = True
-            self._tasks.healing.add(task.id)
-        self._tasks.start(task)
+        if started:
+            self._tasks.start(task)
+        return demoted

@@ -356,10 +356,6 @@ class TaskManager:
     def tasks_by_role(self, *roles: TaskRole) -> frozenset[TaskId]:
         return self._tasks.ids_by_role(*roles)
 
-    def healing(self) -> frozenset[TaskId]:
-        """Actives wiped for corruption that are restoring again (worker/tasks/healing.py)."""
-        return frozenset(self._tasks.healing)
-
 
 def _roles(assignment: Assignment) -> dict[TaskId, TaskRole]:
     """One role per task; should a task appear twice, active beats warmup beats standby."""

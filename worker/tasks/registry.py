@@ -41,9 +41,6 @@ class Tasks:
         # Source offsets a released task resumes from (its old owner's release marker),
         # taken when its processing starts.
         self.released: dict[TaskId, dict[TP, int]] = {}
-        # Actives wiped for corruption and restoring again (worker/tasks/healing.py): the
-        # group is told they are copies being restored, not running actives.
-        self.healing: set[TaskId] = set()
         self._log = get_logger(component="tasks")
         # Called after every change others publish (the worker's status snapshot).
         self.on_change: Callable[[], None] = lambda: None
@@ -82,7 +79,6 @@ class Tasks:
         finished = self._reader.step(timeout)
         for task in finished:
             task.revived = False
-            self.healing.discard(task.id)
             task.transition(TaskState.RUNNING, "restored")
             self._start_inputs(task)
             if task.punctuators is not None:  # after the stream time it resumes with
@@ -151,7 +147,6 @@ class Tasks:
     def close(self, task_id: TaskId, clean: bool) -> None:
         """Stop and close one task (clean: checkpoint written); a failing close is logged."""
         task = self.by_id.pop(task_id)
-        self.healing.discard(task_id)
         if task.role is TaskRole.INITIAL_STANDBY:
             self.ctx.metrics.initial_standbys_closed.inc()
             task.log.info("initial_standby.closed", reason="not assigned")

@@ -28,7 +28,7 @@ from tests.unit.tasks.test_task_manager import cl, events, running
 from worker.errors import StoreCorrupted
 from worker.processing.topology import BuiltTopology
 from worker.state.store import Store, StoreClosedError, StoreHealing
-from worker.tasks.state import TaskState
+from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import TaskContext
 
 BLOCK = "block checksum mismatch"
@@ -64,6 +64,13 @@ def count_of(h: Harness, task_id: Any, key: bytes) -> bytes | None:
     return h.manager.tasks[task_id].stores[COUNTS].get_committed(key)
 
 
+def rebalanced(h: Harness) -> None:
+    """The assignment the healer's rebalance brings: both tasks active here again (the
+    healed one recycled from the standby it became), then restored."""
+    h.assign(T00, T01)
+    h.restore()
+
+
 def test_a_record_that_reads_a_corrupt_block_heals_its_task_and_the_others_go_on(
     harness: Harness,
 ) -> None:
@@ -74,17 +81,16 @@ def test_a_record_that_reads_a_corrupt_block_heals_its_task_and_the_others_go_on
     events(harness, T00, "a")
 
     healed = harness.manager.tasks[T01]
-    assert healed.state is TaskState.RESTORING
+    assert healed.role is TaskRole.STANDBY and healed.state is TaskState.RUNNING
+    assert harness.manager.tasks_by_role(TaskRole.ACTIVE) == {T00}, "T01 claimed by nobody"
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
     assert harness.manager.tasks[T00].state is TaskState.RUNNING
     assert dict(harness.manager.tasks[T00].stores[COUNTS].pending()) == {b"a": b"3"}
-    assert harness.manager.healing() == {T01}
-    assert harness.restore_consumer.added[-1][cl(T01)] is None, "restored from the start"
+    assert harness.restore_consumer.added[-1][cl(T01)] is None, "tailed from the start"
 
-    harness.restore()
+    rebalanced(harness)
 
-    assert healed.state is TaskState.RUNNING
-    assert harness.manager.healing() == frozenset()
+    assert healed.is_active and healed.state is TaskState.RUNNING
     assert count_of(harness, T01, b"a") == b"2"
     harness.process()  # the record that met the corrupt block, again
     assert dict(healed.stores[COUNTS].pending()) == {b"a": b"3"}
@@ -104,11 +110,11 @@ def test_a_query_that_reads_a_corrupt_block_answers_healing_and_the_loop_heals_t
 
     harness.parts.healer.heal_reported()
 
-    assert harness.manager.tasks[T01].state is TaskState.RESTORING
+    assert harness.manager.tasks[T01].role is TaskRole.STANDBY
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
     with pytest.raises(StoreClosedError):
         store.get_committed(b"a")
-    harness.restore()
+    rebalanced(harness)
     assert count_of(harness, T01, b"a") == b"2"
     assert harness.manager.tasks[T00].state is TaskState.RUNNING
 
@@ -127,7 +133,7 @@ def test_a_restore_batch_that_meets_corruption_restarts_the_restore_from_a_wiped
     harness.parts.healer.heal_reported()
 
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
-    harness.restore()
+    rebalanced(harness)
     assert harness.manager.tasks[T01].state is TaskState.RUNNING
     assert count_of(harness, T01, b"a") == b"2"
     assert count_of(harness, T00, b"a") == b"2"
@@ -145,7 +151,7 @@ def test_a_commit_that_meets_corruption_commits_the_others_and_heals_from_the_ch
     harness.replicate_changelogs()
     assert count_of(harness, T00, b"b") == b"2"
     harness.parts.healer.heal_reported()
-    harness.restore()
+    rebalanced(harness)
 
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
     assert count_of(harness, T01, b"b") == b"2", "the acknowledged changelog record restored"
@@ -174,7 +180,7 @@ def test_under_exactly_once_the_open_transaction_is_aborted_and_the_others_reviv
     events(h, T01, "b")
 
     assert protocol.aborts == 1
-    assert corrupted.state is TaskState.RESTORING
+    assert corrupted.role is TaskRole.STANDBY
     assert healthy.state is TaskState.RESTORING, "its output since the commit was aborted"
     assert dict(healthy.stores[COUNTS].pending()) == {}
     assert h.metric("worker_state_wipes_total", reason="corrupt_read") == 1
@@ -191,7 +197,7 @@ def test_a_checkpoint_flush_that_meets_corruption_heals_the_task(harness: Harnes
     assert harness.commits.commit(), "the commit itself went through"
     harness.replicate_changelogs()
     harness.parts.healer.heal_reported()
-    harness.restore()
+    rebalanced(harness)
 
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
     assert count_of(harness, T01, b"b") == b"2"
