@@ -205,7 +205,7 @@ def test_a_worker_killed_during_a_60s_outage_fails_over_to_the_other_with_nothin
     assert a.terminate() == 0
 
 
-@pytest.mark.duration(80)
+@pytest.mark.duration(72)
 def test_a_worker_started_while_the_broker_is_down_waits_for_it_then_processes(
     proxied, worker_factory
 ):

@@ -93,7 +93,7 @@ def actives(worker) -> set[str]:  # type: ignore[no-untyped-def]
     return {t["task_id"] for t in orjson.loads(body)["tasks"] if t["kind"] == "active"}
 
 
-@pytest.mark.duration(45)
+@pytest.mark.duration(30)
 def test_a_corrupt_sst_block_found_at_run_time_heals_its_task_and_loses_nothing(
     own_broker, worker_factory
 ):
