@@ -27,7 +27,8 @@ WIPE_REASON = "corrupt_read"
 
 
 class TaskHealer:
-    """Closes corrupted tasks dirty, wipes and restores them; asks for a rebalance."""
+    """Closes corrupted tasks dirty and wipes them; copies restore, actives are given back
+    to the group (see :meth:`heal`)."""
 
     def __init__(
         self,
@@ -62,7 +63,7 @@ class TaskHealer:
            tail its changelogs from the beginning. An initial standby, not started yet,
            waits for the assignment wiped.
         4. When an active was healed, ask the group for a rebalance. This instance now
-           reports the task as a standby with what it has restored, so the assignment's
+           reports the task as a standby with what it has read back, so the assignment's
            usual rules decide: a caught-up standby elsewhere takes it over at once (this
            instance no longer claims it, and no longer processes it: never two owners),
            or it comes back here and, recycled into an active, restores only what its
