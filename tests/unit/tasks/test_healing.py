@@ -25,6 +25,7 @@ from tests.unit.tasks.conftest import (
 )
 from tests.unit.tasks.test_processing_failures import AbortingProtocol
 from tests.unit.tasks.test_task_manager import cl, events, running
+from worker.assignment.model import Assignment
 from worker.errors import StoreCorrupted
 from worker.processing.topology import BuiltTopology
 from worker.state.store import Store, StoreClosedError, StoreHealing
@@ -201,3 +202,26 @@ def test_a_checkpoint_flush_that_meets_corruption_heals_the_task(harness: Harnes
 
     assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
     assert count_of(harness, T01, b"b") == b"2"
+
+
+def test_a_standby_whose_update_meets_corruption_tails_again_from_a_wiped_store(
+    harness: Harness,
+) -> None:
+    committed_state(harness)
+    harness.manager.on_lost()
+    shutil.rmtree(harness.state_dir.store_path(T01, COUNTS))
+    harness.manager.on_assigned(
+        Assignment(frozenset({T00}), frozenset({T01}), frozenset(), {}, {}, generation=2)
+    )
+    harness.restore()
+    standby = harness.manager.tasks[T01]
+    failing(standby.stores[COUNTS], "write_restored", times=1)
+
+    harness.tasks.restore_step(timeout=0.0)
+    harness.parts.healer.heal_reported()
+
+    assert standby.role is TaskRole.STANDBY and standby.state is TaskState.RUNNING
+    assert harness.metric("worker_state_wipes_total", reason="corrupt_read") == 1
+    harness.tasks.restore_step(timeout=0.0)
+    assert count_of(harness, T01, b"a") == b"2"
+    assert harness.manager.tasks[T00].state is TaskState.RUNNING
