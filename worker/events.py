@@ -13,6 +13,9 @@ from __future__ import annotations
 WORKER_STARTING = "worker.starting"
 WORKER_STOPPED = "worker.stopped"
 WORKER_SHUTDOWN_TIMEOUT = "worker.shutdown_timeout"
+# start-up waiting for the broker (runtime/broker_wait.py)
+BROKER_WAITING = "broker.waiting"  # a start-up step could not reach the broker; retried
+BROKER_WAITED = "broker.waited"  # the step succeeded after waiting
 
 # group membership (kafka/membership.py, kafka/task_assignor.py)
 MEMBERSHIP_STARTED = "membership.started"
@@ -28,6 +31,7 @@ INITIAL_STANDBY_RECYCLED = "initial_standby.recycled"
 TASK_WIPED = "task.wiped"
 # a symbolic link where a task directory belongs: left alone (state/directory.py)
 STATE_SYMLINK_REFUSED = "state.symlink_refused"
+TASK_CORRUPTED = "task.corrupted"
 HANDOVER_RELEASED = "handover.released"  # the old owner released tasks in their changelogs
 HANDOVER_TAKEN_OVER = "handover.taken_over"  # the new owner read a release and took over
 

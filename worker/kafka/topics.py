@@ -52,13 +52,16 @@ def prepare_topics(
     create_internal: bool,
     dead_letter: bool = False,
     window_margin_ms: int = WINDOW_CHANGELOG_MARGIN_MS,
+    metadata_timeout: float = 10.0,
 ) -> TopicLayout:
     """Check sources and sinks, create missing changelogs; return tasks per sub-topology.
 
     With ``dead_letter`` (an exception handler is set to ``dead_letter``) the dead-letter
     topic must exist too, and is created like the changelogs when missing and allowed,
     with as many partitions as the largest sub-topology has tasks. Changelogs are created
-    with :func:`changelog_config` (``window_margin_ms``: its margin).
+    with :func:`changelog_config` (``window_margin_ms``: its margin). Raises
+    KafkaUnavailable when the topics' metadata does not come within ``metadata_timeout``
+    seconds (the caller may retry: nothing was created yet).
 
     Raises TopologyError naming the topic when a source or sink is missing, when the
     sources of one sub-topology are not co-partitioned, when an existing changelog has
@@ -79,7 +82,8 @@ def prepare_topics(
         for spec in st.stores
     }
     dlq = {dlq_topic(application_id)} if dead_letter else set()
-    counts = admin.partition_counts(sources | topology.sink_topics() | set(changelogs) | dlq)
+    wanted = sources | topology.sink_topics() | set(changelogs) | dlq
+    counts = admin.partition_counts(wanted, timeout=metadata_timeout)
     missing = sorted(t for t in sources | topology.sink_topics() if t not in counts)
     if missing:
         raise TopologyError(f"topics do not exist: {', '.join(missing)} (create them first)")

@@ -7,7 +7,8 @@ releases exactly what was started, in reverse order: tasks closed, group left, c
 closed, HTTP stopped, the state directory's process lock released last.
 
 Start order: state directory (process lock) -> HTTP -> topics -> Kafka clients -> task
-parts -> group member -> loop.
+parts -> group member -> loop. The topic check waits for the broker, retrying until it
+answers or the worker is stopped (:mod:`worker.runtime.broker_wait`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from worker.kafka.membership import GroupMember
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
+from worker.runtime.broker_wait import BrokerWait
 from worker.runtime.guarantee import choose_guarantee
 from worker.runtime.input_watch import InputWatch
 from worker.runtime.loop import ProcessingLoop
@@ -45,6 +47,9 @@ from worker.tasks.task import Task, TaskContext
 
 # How often the running worker checks that its topics still exist as at start-up.
 TOPIC_CHECK_SECONDS = 10.0
+# How long one start-up look at the topics waits for the broker: a stop request is never
+# kept waiting longer than this (runtime/broker_wait.py retries a look that timed out).
+METADATA_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Runtime:
     parts: TaskParts
     loop: ProcessingLoop
     inputs: InputWatch
+    broker_wait: BrokerWait
 
 
 @dataclass
@@ -108,13 +114,19 @@ def assemble(
     http.start()
     stack.callback(http.stop)
     admin = Admin(settings)
-    layout = prepare_topics(
-        admin,
-        topology,
-        settings.application_id,
-        settings.internal_topics_create,
-        dead_letter=settings.dead_letter_enabled,
-        window_margin_ms=settings.windowstore_changelog_additional_retention_ms,
+    broker_wait = BrokerWait(stop, clock, hooks.on_change, settings.bootstrap_servers)
+
+    layout = broker_wait.run(
+        "topics",
+        lambda: prepare_topics(
+            admin,
+            topology,
+            settings.application_id,
+            settings.internal_topics_create,
+            dead_letter=settings.dead_letter_enabled,
+            window_margin_ms=settings.windowstore_changelog_additional_retention_ms,
+            metadata_timeout=METADATA_TIMEOUT_S,
+        ),
     )
     topic_watch = TopicWatch(
         admin,
@@ -160,6 +172,7 @@ def assemble(
         member,
         guarantee.commit_protocol(member),
         high_watermarks=watermarks.read,
+        request_rebalance=member.request_rebalance,
     )
     parts.tasks.on_change = hooks.on_change
     stack.callback(lambda: parts.tasks.close_all(clean=outcome.clean))
@@ -174,7 +187,9 @@ def assemble(
         metrics,
     )
     inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, clock)
-    return Runtime(state_dir, http, layout, topic_watch, reader, member, parts, loop, inputs)
+    return Runtime(
+        state_dir, http, layout, topic_watch, reader, member, parts, loop, inputs, broker_wait
+    )
 
 
 def _leave(member: GroupMember, state_dir: StateDirectory) -> None:

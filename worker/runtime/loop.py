@@ -1,5 +1,5 @@
 """The data work of one loop iteration: restore a batch -> consume -> process -> punctuate
--> commit.
+-> commit -> heal what was found corrupted.
 
 The worker runs the iteration (:meth:`worker.runtime.worker.Worker._iterate`): it applies
 the group member's messages, calls :meth:`ProcessingLoop.step` for the data work, then
@@ -89,6 +89,7 @@ class ProcessingLoop:
         due = now - self._last_commit >= self._commit_interval or over
         if due and self._try_commit(over):
             self._last_commit = now
+        self._parts.healer.heal_reported()  # corruption a read, write or query met
         self.probes.check(tasks, self._member)
         if now >= self._next_clean:
             self._parts.manager.clean_state_dir()

@@ -23,6 +23,7 @@ from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.assembly import Hooks, Outcome, Runtime, assemble
 from worker.runtime.availability import AvailabilityTracker
+from worker.runtime.broker_wait import StartupStopped
 from worker.runtime.input_watch import LoopConditions
 from worker.runtime.shutdown import ShutdownWatchdog
 from worker.runtime.status import (
@@ -121,20 +122,26 @@ class Worker:
         return 0
 
     def _start_and_serve(self, stack: ExitStack, hooks: Hooks, outcome: Outcome) -> None:
+        """Start, then serve; stopped while still waiting for the broker, a clean exit."""
         self._set_state(WorkerState.STARTING)
-        rt = assemble(
-            stack,
-            self.settings,
-            self.topology,
-            self._state_root,
-            self.metrics,
-            self.clock,
-            self._stop,
-            hooks,
-            outcome,
-        )
-        self._rt = rt
-        self._serve(rt, outcome)
+        try:
+            rt = assemble(
+                stack,
+                self.settings,
+                self.topology,
+                self._state_root,
+                self.metrics,
+                self.clock,
+                self._stop,
+                hooks,
+                outcome,
+            )
+            self._rt = rt
+            self._serve(rt, outcome)
+        except StartupStopped as exc:
+            self._log.info("worker.start_abandoned", reason=str(exc))
+            self._set_state(WorkerState.PENDING_SHUTDOWN)
+            outcome.clean = True  # nothing was processed: every task closes as it opened
 
     def _fail(self, exc: Exception) -> None:
         """Enter ERROR: /healthz and /readyz answer 503 with it, and the ``worker_state``
@@ -163,7 +170,8 @@ class Worker:
             rt.parts.manager.open_initial_standbys(
                 rt.state_dir.list_non_empty_task_ids(), rt.layout.partitions
             )
-        rt.member.start(stale_member_id=rt.state_dir.previous_member_id())
+        stale = rt.state_dir.previous_member_id()
+        rt.broker_wait.run("group", lambda: rt.member.start(stale_member_id=stale))
         self._set_state(WorkerState.REBALANCING)
         self._run_loop(rt)
         self._set_state(WorkerState.PENDING_SHUTDOWN)

@@ -34,6 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
+from worker.errors import StoreCorrupted
 from worker.events import RESTORE_DONE, RESTORE_START, STANDBY_START
 from worker.kafka.consumers import RestoreConsumer
 from worker.lifecycle import StateMachine
@@ -153,6 +154,8 @@ class ChangelogReader(Generic[T]):
         self._tasks: dict[TaskId, _Registration[T]] = {}
         self._standbys_paused = False
         self._markers: list[tuple[TP, ReleaseMarker]] = []
+        # Tasks a write met corruption in, with the reason; held for take_corrupted().
+        self._corrupted: dict[TaskId, tuple[T, str]] = {}
         self._log = get_logger(component="changelog_reader")
 
     def register(self, task: T, standby: bool = False) -> None:
@@ -215,6 +218,13 @@ class ChangelogReader(Generic[T]):
         """The release markers read since the last call, with their changelog partitions."""
         markers, self._markers = self._markers, []
         return markers
+
+    def take_corrupted(self) -> list[tuple[T, str]]:
+        """The registered tasks whose stores met corruption since the last call, each with
+        the reason. Their batches were not written and they never complete: the caller
+        unregisters them, wipes their stores and registers them again."""
+        found, self._corrupted = self._corrupted, {}
+        return list(found.values())
 
     def lag(self, task_id: TaskId) -> int | None:
         """Records a registered task's stores are behind their changelogs; None if unknown."""
@@ -303,14 +313,21 @@ class ChangelogReader(Generic[T]):
 
     def _write(self, tp: TP, run: _Run, changelog: _Changelog, batch: RestoreBatch) -> None:
         applied, last = batch.len(), run.last
-        changelog.store.write_restored(batch, {tp: last}, run.stream_time)
+        task = changelog.task
+        if task.id in self._corrupted:
+            return
+        try:
+            changelog.store.write_restored(batch, {tp: last}, run.stream_time)
+        except StoreCorrupted as exc:
+            self._corrupted[task.id] = (task, exc.reason)  # type: ignore[assignment]
+            return
         changelog.applied_records(last, applied)
         counter = (
             self._metrics.standby_updated_records
             if changelog.standby
             else self._metrics.restored_records
         )
-        counter.labels(task=str(changelog.task.id), store=changelog.store.name).inc(applied)
+        counter.labels(task=str(task.id), store=changelog.store.name).inc(applied)
 
     def _publish_lags(self) -> None:
         for task_id, entry in self._tasks.items():
@@ -322,13 +339,18 @@ class ChangelogReader(Generic[T]):
     def _finish_completed(self) -> list[T]:
         finished: list[T] = []
         for entry in list(self._tasks.values()):
-            if entry.standby:
+            if entry.standby or entry.task.id in self._corrupted:
                 continue
             logs = [self._changelogs[tp] for tp in entry.partitions]
             if all(c.fsm.state is ChangelogState.AT_END for c in logs):
+                try:
+                    for changelog in logs:
+                        changelog.store.flush_in_background()
+                except StoreCorrupted as exc:
+                    self._corrupted[entry.task.id] = (entry.task, exc.reason)
+                    continue
                 for changelog in logs:
                     changelog.fsm.transition(ChangelogState.COMPLETED)
-                    changelog.store.flush_in_background()
                 self.unregister(entry.task)
                 entry.task.log.info(
                     RESTORE_DONE,

@@ -3,8 +3,8 @@
 rocksdict raises bare ``Exception`` objects carrying RocksDB's status text; every call
 into a database goes through :func:`rocksdb_errors` (or :func:`reraise`), so callers see
 errors named by the action they demand: :class:`StoreCorrupted` (wipe and restore),
-:class:`StateLocked` (retry), :class:`StoreClosedError` (the store moved on), or
-:class:`StoreError` (fatal).
+:class:`StateLocked` (retry), :class:`StoreClosedError` (the store moved on, or is being
+healed: :class:`StoreHealing`), or :class:`StoreError` (fatal).
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ class StoreError(FatalError):
 class StoreClosedError(WorkerError):
     """The store was closed (task closed or migrated); an interactive query should retry
     against the new owner."""
+
+
+class StoreHealing(StoreClosedError):
+    """A read from another thread (an interactive query) met a corrupt block: the owning
+    task is being closed, wiped and restored. A query answers 503 and is retried, as for
+    a closed store."""
 
 
 def translate(path: Path, exc: BaseException) -> BaseException:

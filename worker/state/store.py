@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, Protocol, Self, cast
 
@@ -40,7 +40,13 @@ from worker.state.memtables import (
 from worker.state.read_cache import ReadCache
 from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import RocksDBEnv
-from worker.state.rocksdb_errors import StoreClosedError, StoreError, reraise, rocksdb_errors
+from worker.state.rocksdb_errors import (
+    StoreClosedError,
+    StoreError,
+    StoreHealing,
+    reraise,
+    rocksdb_errors,
+)
 from worker.state.store_format import (
     OFFSETS_FAMILY,
     STREAM_TIME,
@@ -52,11 +58,15 @@ from worker.state.store_format import (
 from worker.state.store_scans import OpenScans, Scannable
 from worker.state.write_buffer import WriteBuffer, WriteClock
 
-__all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError"]
+__all__ = ["ReadPath", "RestoreBatch", "Store", "StoreClosedError", "StoreError", "StoreHealing"]
 
 _log = get_logger(component="store")
 
 _ABSENT = object()  # a key not in the write buffer (None there means a buffered delete)
+
+
+def _unwatched(reason: str) -> None:
+    """The corruption hook of a store nobody watches (tools, tests): nothing to heal."""
 
 
 class RestoreBatch(Protocol):
@@ -115,6 +125,7 @@ class Store(Scannable):
         self._scans = OpenScans(env, path)
         # Serialises get_committed (any thread) with closing the database (owner thread).
         self._close_lock = threading.Lock()
+        self.corruption_found: Callable[[str], None] = _unwatched
         self._wal_on = rocksdict.WriteOptions()
         self._read_path: Final = ReadPath(
             self._buffer.lookup, self._cache.lookup, self._read_and_remember
@@ -389,9 +400,10 @@ class Store(Scannable):
 
         Thread-safe (see the module doc): may be called from any thread while the owner
         works. Raises StoreClosedError once the store is closed, also when the close
-        happens on the owner thread at the same moment.
+        happens on the owner thread at the same moment, and StoreHealing (one) when the
+        read meets corruption, after reporting it (see ``Scannable._committed_read``).
         """
-        with self._close_lock:
+        with self._committed_read():
             return self._read_committed(key)
 
     def _read_committed(self, key: bytes) -> bytes | None:

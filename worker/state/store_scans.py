@@ -13,14 +13,16 @@ limit) and releases the cursor before it returns.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import rocksdict
 
+from worker.errors import StoreCorrupted
 from worker.state.rocksdb_env import RocksDBEnv
-from worker.state.rocksdb_errors import reraise
+from worker.state.rocksdb_errors import StoreHealing, reraise
 from worker.state.scan import Cursor, KeyRange, Scan, check_limit, key_range, prefix_range
 from worker.state.write_buffer import WriteBuffer
 
@@ -130,9 +132,25 @@ class Scannable:
     _scans: OpenScans
     _buffer: WriteBuffer
     _close_lock: threading.Lock
+    # Called with the reason when a read from another thread meets corruption (the
+    # owning task reports it for healing: worker/tasks/corruption.py).
+    corruption_found: Callable[[str], None]
 
     def _require_open(self) -> rocksdict.Rdict:
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _committed_read(self) -> Iterator[None]:
+        """A read of committed data from any thread: serialised with the store's close
+        (StoreClosedError once closed). Corruption met is reported through
+        :attr:`corruption_found` and raised as :class:`StoreHealing`, which the reader
+        treats as a closed store (a query answers 503 and is retried)."""
+        with self._close_lock:
+            try:
+                yield
+            except StoreCorrupted as exc:
+                self.corruption_found(exc.reason)
+                raise StoreHealing(f"store {self.path} is being healed: {exc.reason}") from exc
 
     def iter_committed(self) -> Iterator[tuple[bytes, bytes]]:
         """Every committed (key, value) of the data family, in key order; never offsets.
@@ -174,5 +192,5 @@ class Scannable:
     ) -> list[tuple[bytes, bytes]]:
         """The committed pairs of ``found``, at most ``limit`` (interactive queries).
         Thread-safe like ``Store.get_committed``: serialised with the store's close."""
-        with self._close_lock:
+        with self._committed_read():
             return read_range(self._require_open(), self.path, found, reverse, limit)

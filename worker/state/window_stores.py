@@ -120,7 +120,7 @@ class FixedWindowStore(WindowedStore):
         """``(observed time, windows)`` as committed: ``key``'s windows starting in
         ``[from_ms, to_ms]`` (every key's when ``key`` is None), live ones only, at most
         ``limit``. Any thread."""
-        with self._close_lock:
+        with self._committed_read():
             observed, lo = self._committed_bounds(from_ms, to_ms, limit)
             found: list[StoredWindow] = []
             if lo > to_ms or limit == 0:
@@ -238,7 +238,7 @@ class SessionStore(WindowedStore):
         """``(observed time, sessions)`` as committed: ``key``'s live sessions ending at
         or after ``from_ms`` and starting at or before ``to_ms``, by end, at most
         ``limit``. Any thread."""
-        with self._close_lock:
+        with self._committed_read():
             observed, lo = self._committed_bounds(from_ms, to_ms, limit)
             found: list[StoredWindow] = []
             latest_end = observed + self.layout.max_ahead_ms

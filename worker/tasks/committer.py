@@ -7,11 +7,12 @@ revives tasks and keeps the ``.checkpoint`` files in step with it.
 
 from __future__ import annotations
 
-from worker.errors import RebalanceInProgress
+from worker.errors import RebalanceInProgress, StoreCorrupted, TaskCorrupted
 from worker.observability import get_logger
 from worker.tasks.commit_protocols import CommitFailed, CommitProtocol, Releases
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
+from worker.tasks.task import Task
 
 
 class TaskCommitter:
@@ -32,7 +33,8 @@ class TaskCommitter:
         take yet (it is syncing; nothing was sent) waits for the next. Each outcome is
         counted in ``worker_commits_total{result}``: committed, deferred, or the
         failure's reason. Returns False when there was nothing to commit or the commit
-        did not happen. ``releases`` (release markers, worker/tasks/handover.py) go with
+        did not happen; a task whose store met corruption is reported for healing
+        (worker/tasks/healing.py). ``releases`` (release markers, worker/tasks/handover.py) go with
         the commit, even one with nothing else in it. Raises TaskMigrated when the group
         went on without this instance.
         """
@@ -49,16 +51,22 @@ class TaskCommitter:
             self._log.info("commit.deferred", reason=str(exc))
             metrics.commits.labels(result="deferred").inc()
             return False
-        except CommitFailed as exc:
-            self._log.warning("commit.failed", reason=exc.reason, error=str(exc))
-            metrics.commits.labels(result=exc.reason).inc()
+        except (CommitFailed, TaskCorrupted) as exc:
+            reason = exc.reason if isinstance(exc, CommitFailed) else "corrupted"
+            self._log.warning("commit.failed", reason=reason, error=str(exc))
+            metrics.commits.labels(result=reason).inc()
+            if isinstance(exc, TaskCorrupted):
+                # Met before the commit was sent: drop what was sent, heal the task.
+                self._protocol.abort()
+                for task_id in exc.task_ids:
+                    self._tasks.ctx.corruption.report(task_id, exc.reason)  # type: ignore[arg-type]
             # Only the tasks with work since their last commit lost something; the
             # others had nothing in it and go on as they are.
-            self._tasks.revive(pending, exc.reason, str(exc))
+            self._tasks.revive(pending, reason, str(exc))
             return False
         for task in running:
             task.mark_sources_committed(offsets)
-            task.maybe_write_checkpoint()
+            self._maybe_checkpoint(task)
         metrics.commits.labels(result="committed").inc()
         return True
 
@@ -77,4 +85,12 @@ class TaskCommitter:
         """Standby stores commit each batch they apply; only their .checkpoint lags behind."""
         for task in self._tasks.by_id.values():
             if not task.is_active and task.state is TaskState.RUNNING:
-                task.maybe_write_checkpoint()
+                self._maybe_checkpoint(task)
+
+    def _maybe_checkpoint(self, task: Task) -> None:
+        """A checkpoint flushes the memtables: a store whose RocksDB met corruption in
+        the background (a compaction read a bad block) fails here; heal it."""
+        try:
+            task.maybe_write_checkpoint()
+        except StoreCorrupted as exc:
+            self._tasks.ctx.corruption.report(task.id, exc.reason)

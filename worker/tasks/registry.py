@@ -86,6 +86,10 @@ class Tasks:
         if finished:
             self.on_change()
 
+    def take_corrupted(self) -> list[tuple[Task, str]]:
+        """The tasks whose restore or standby update met corruption since the last call."""
+        return self._reader.take_corrupted()
+
     def take_markers(self) -> list[tuple[TP, ReleaseMarker]]:
         """The release markers the changelog reader read since the last call."""
         return self._reader.take_markers()

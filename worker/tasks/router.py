@@ -5,19 +5,21 @@ A record whose processing raises (a task's :class:`RunFailed` names it) is the r
 fault, handed to its task's :class:`ProcessingFailures`, unless the worker says otherwise:
 an :class:`OutputFailed` (the producer could not send) revives every running task
 without blaming the record; any other worker error (a fail policy, a topology bug, a
-fatal client error) stops the worker.
+fatal client error) stops the worker. A store that met corruption is neither: its task
+is healed (:mod:`worker.tasks.healing`) and the others go on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from worker.errors import OutputFailed, TransactionAborted, WorkerError
+from worker.errors import OutputFailed, StoreCorrupted, TransactionAborted, WorkerError
 from worker.observability import get_logger
 from worker.processing.handlers import describe
 from worker.processing.punctuators import PunctuationFailed
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.failures import RunFailed
+from worker.tasks.healing import TaskHealer
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
@@ -26,9 +28,10 @@ from worker.tasks.task import Task
 class RecordRouter:
     """Hands each record to the task that owns its partition; single-threaded."""
 
-    def __init__(self, tasks: Tasks, committer: TaskCommitter) -> None:
+    def __init__(self, tasks: Tasks, committer: TaskCommitter, healer: TaskHealer) -> None:
         self._tasks = tasks
         self._committer = committer
+        self._healer = healer
         self._first_processed = False
         self._log = get_logger(component="router")
 
@@ -98,10 +101,12 @@ class RecordRouter:
             metrics.first_process_after_join.set(elapsed)
 
     def _run_failed(self, task: Task, failed: RunFailed) -> None:
-        """Whose fault: the producer's (revive every task), the worker's (raise) or the
-        record's (its task's failure policy)."""
+        """Whose fault: a store's (heal its task), the producer's (revive every task), the
+        worker's (raise) or the record's (its task's failure policy)."""
         error = failed.error
-        if isinstance(error, OutputFailed):
+        if isinstance(error, StoreCorrupted):
+            self._healer.heal({task.id: error.reason})
+        elif isinstance(error, OutputFailed):
             self._output_failed(error)
         elif isinstance(error, WorkerError):
             raise error  # the worker's own failure (or a fail policy), not the record's

@@ -12,7 +12,8 @@ and resumes from, by :mod:`worker.tasks.stream_time`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from worker.assignment.task_id import TP, TaskId
@@ -21,18 +22,17 @@ from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
 from worker.events import TASK_WIPED
 from worker.kafka.collector import RecordCollector
-from worker.kafka.topics import dlq_topic
 from worker.lifecycle import IllegalTransition
 from worker.observability import Metrics, get_logger
-from worker.processing import timestamps
 from worker.processing.graph import TaskGraph
-from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.tasks.active_graph import build_active_graph
 from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint
+from worker.tasks.corruption import CorruptionReports
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
@@ -50,6 +50,8 @@ class TaskContext:
     collector: RecordCollector
     metrics: Metrics
     clock: Clock
+    # Corruption found at run time, for the healer (worker/tasks/healing.py).
+    corruption: CorruptionReports = field(default_factory=CorruptionReports)
 
 
 class Task:
@@ -129,37 +131,24 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            self.stores[spec.name] = open_store(
-                spec, path, self._ctx.env, self.id, self._ctx.metrics
-            )
+            store = open_store(spec, path, self._ctx.env, self.id, self._ctx.metrics)
+            store.corruption_found = partial(self._ctx.corruption.report, self.id)
+            self.stores[spec.name] = store
         if self.role is TaskRole.ACTIVE:
             self._graph = self._new_graph()
 
     def _new_graph(self) -> TaskGraph:
-        settings = self._ctx.settings
-        errors = RecordErrorHandler(
+        """The active's graph, failure policy and punctuators (``active_graph.py``)."""
+        built = build_active_graph(
             str(self.id),
-            ExceptionPolicy(settings.default_deserialization_exception_handler),
-            ExceptionPolicy(settings.processing_exception_handler),
-            dlq_topic(settings.application_id),
-            self._ctx.collector,
-            self._ctx.metrics,
-            self._ctx.clock,
+            self.subtopology,
+            self.stores,
+            self._ctx,
+            self._stream_times.value,
             self.log,
-            settings.max_record_bytes,
         )
-        self.failures = ProcessingFailures(
-            errors, settings.processing_exception_max_retries, self.log
-        )
-        extractor = timestamps.resolve(settings.timestamp_extractor)
-        sink = self._ctx.collector
-        graph = TaskGraph(self.subtopology, str(self.id), self.stores, sink, errors, extractor)
-        graph.context.stream_time = self._stream_times.value
-        for store in self.stores.values():
-            store.stamp_writes(graph.context)
-        clock, metrics, processors = self._ctx.clock, self._ctx.metrics, self.subtopology.processors
-        self.punctuators = TaskPunctuators(graph.context, processors, clock, metrics, self.failures)
-        return graph
+        self.failures, self.punctuators = built.failures, built.punctuators
+        return built.graph
 
     @property
     def is_active(self) -> bool:
@@ -381,7 +370,10 @@ class Task:
 
         Only changelogs this task wrote in this commit take an acked offset: an offset
         acknowledged earlier (say, before the task moved away and came back) must never
-        overwrite a newer one the store restored since.
+        overwrite a newer one the store restored since. A store whose write meets
+        corruption is reported for healing (``corruption.py``) and the others are
+        written: what it missed is in its changelog already, acknowledged, so the
+        restore after the wipe brings it back.
         """
         produced, self._produced = self._produced, set()
         if self.punctuators is not None:
@@ -394,7 +386,10 @@ class Task:
                 offset = self._consumed.get(tp)
             else:
                 offset = acked.get(tp) if tp in produced else None
-            store.commit({tp: offset} if offset is not None else {}, stream_time)
+            try:
+                store.commit({tp: offset} if offset is not None else {}, stream_time)
+            except StoreCorrupted as exc:
+                self._ctx.corruption.report(self.id, exc.reason)
         self._stream_times.marker_committed()
 
     def source_offsets_to_commit(self) -> dict[TP, int]:

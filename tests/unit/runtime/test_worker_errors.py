@@ -15,6 +15,7 @@ from worker.errors import FatalError
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.runtime import worker as worker_module
+from worker.runtime.broker_wait import StartupStopped
 from worker.runtime.status import Status, WorkerState
 from worker.runtime.worker import Worker
 
@@ -45,6 +46,7 @@ def _runtime() -> Any:
         member=FailingMember(),
         parts=SimpleNamespace(tasks=SimpleNamespace(by_id={})),
         reader=SimpleNamespace(lag=lambda _task_id: None),
+        broker_wait=SimpleNamespace(run=lambda _step, attempt: attempt()),
     )
 
 
@@ -101,3 +103,21 @@ def test_a_failed_start_enters_error_too(tmp_path: Path, monkeypatch: pytest.Mon
 
     assert worker.status().state is WorkerState.ERROR
     assert _state_gauge(metrics, WorkerState.ERROR) == 1.0
+
+
+def test_a_stop_while_waiting_for_the_broker_at_start_up_is_a_clean_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metrics = Metrics()
+    worker = _worker(tmp_path, metrics)
+
+    def assemble(stack: ExitStack, *_args: Any) -> Any:
+        raise StartupStopped("stopped while waiting for the broker (topics)")
+
+    monkeypatch.setattr(worker_module, "assemble", assemble)
+
+    assert worker.run() == 0
+    worker._watchdog.finish()
+
+    assert worker.status().state is WorkerState.NOT_RUNNING
+    assert _state_gauge(metrics, WorkerState.ERROR) == 0.0
