@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from worker.processing.windows import SessionWindows, TimeWindows
+from worker.processing.windows import SessionWindows, SlidingWindows, TimeWindows
 from worker.windowed_serde import Windowed
 
 Record = tuple[str, int]  # key, timestamp
@@ -84,3 +84,32 @@ def closed_windows(
     close_time: Callable[[Windowed[str]], int],
 ) -> dict[Windowed[str], list[int]]:
     return {w: v for w, v in contents.items() if stream_time > close_time(w)}
+
+
+def sliding_model(
+    windows: SlidingWindows, recs: list[Record]
+) -> tuple[dict[Windowed[str], list[int]], int, int]:
+    """(every window's records, late count, final stream time) of sliding windows, for
+    records that arrive in time order apart from late ones: then every window is created
+    while open and holds all of its key's accepted records in its range (KIP-450's
+    windows of those records). Raises ValueError for an accepted record that is behind
+    the records before it (which this model does not decide)."""
+    observed, late = -1, 0
+    accepted: dict[str, list[int]] = {}
+    for key, ts in recs:
+        before, observed = observed, max(observed, ts)
+        if windows.is_late(ts, observed):
+            late += 1
+        elif ts < before:
+            raise ValueError(f"record {key}@{ts} is accepted but behind {before}")
+        else:
+            accepted.setdefault(key, []).append(ts)
+    contents: dict[Windowed[str], list[int]] = {}
+    d = windows.time_difference_ms
+    for key, times in accepted.items():
+        bounds = {windows.left_window(r) for r in times}
+        bounds |= {windows.right_window(r) for r in times if any(r < x <= r + 1 + d for x in times)}
+        for w in bounds:
+            inside = sorted(x for x in times if w.start_ms <= x <= w.end_ms)
+            contents[Windowed(key, w.start_ms, w.end_ms)] = inside
+    return contents, late, observed
