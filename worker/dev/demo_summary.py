@@ -192,8 +192,10 @@ def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> 
 
 def _check_busy_accounts(settings: Settings, expected: sample_data.Reference) -> bool:
     """Print and check the busy-account alerts (an emit-final windowed aggregation)."""
-    what = f"busy accounts:      (over {windowed.BUSY_PAYMENTS} payments in 10 minutes, final) "
-    return _check_alerts(what, settings, app.BUSY, windowed.alert_id, expected.busy)
+    note = f" (10-minute windows over {windowed.BUSY_PAYMENTS} payments, emitted final)"
+    return _check_alerts(
+        "busy accounts:      ", settings, app.BUSY, windowed.alert_id, expected.busy, note
+    )
 
 
 def _check_alerts(
@@ -202,6 +204,7 @@ def _check_alerts(
     topic: str,
     identity: Callable[[dict[str, Any]], str],
     want: dict[str, dict[str, Any]],
+    note: str = "",
 ) -> bool:
     """Print and check the alerts of ``topic`` by identity: each expected one, no other
     (a record repeated, as an aborted transaction's on the dev broker, counts once)."""
@@ -212,7 +215,7 @@ def _check_alerts(
     differing = sorted(k for k in set(want) & set(got) if want[k] != got[k])
     ok = not (missing or extra or differing)
     print(
-        f"{what}{len(got)} alerts, {len(records) - len(got)} duplicate records "
+        f"{what}{len(got)} alerts{note}, {len(records) - len(got)} duplicate records "
         f"(reference: {len(want)}) -> "
         + _verdict(ok, missing=missing, extra=extra, different=differing)
     )
@@ -277,9 +280,9 @@ def _get(url: str) -> tuple[int, str, str]:
 
 
 def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
-    """Where an operator looks: the metrics URL and two interactive queries with their
-    answers: the account's totals, and its payments of the last hour (a prefix query
-    on its partition).
+    """Where an operator looks: the metrics URL and three interactive queries with their
+    answers: the account's totals, its payments of the last hour (a prefix query on its
+    partition) and its payment counts per 10-minute window (a windowed store).
 
     The queries run while the workers are still up; a 307 (the task is active on another
     worker) is shown and followed once.
@@ -299,6 +302,12 @@ def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
         (
             f"{base}/stores/{app.RECENT}/prefix?prefix={prefix}&partition={partition}",
             lambda body: f"{len(orjson.loads(body)['items'])} payments in the last hour",
+        ),
+        (
+            f"{base}/stores/{windowed.STORE}/windows?key={key}",
+            lambda body: (
+                f"{len(orjson.loads(body)['windows'])} 10-minute windows kept (their payment counts)"
+            ),
         ),
     ):
         lines.append(f"  query:    curl -sL '{url}'")
