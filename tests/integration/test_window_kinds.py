@@ -5,8 +5,9 @@ at least once and in order per key under at-least-once; late records dropped and
 The app (``tests.apps.window_kinds``) runs a tumbling, a hopping, a sliding and a session
 aggregation, each collecting the event times of its windows' records, over one input of
 two partitions. The input comes in four phases of 20 s of event time, each key's records
-in time order but for one in 12, which is 15 s behind its partition's newest: late for
-every window of every kind. The run:
+in time order but for one in 12, which is 15 s behind its partition's newest (late for
+every window of every kind), and another in 12, 3.5 s behind (late for some windows of
+some kinds). The run:
 
 1. worker ``a`` processes phase 1: ``worker_late_records_total`` of each aggregation
    counts the phase's late records, and ``a`` stops cleanly and starts again;
@@ -63,13 +64,15 @@ REPO = str(Path(__file__).resolve().parents[2])  # the worker processes import t
 PARTITIONS = 2
 PHASE_MS = 20_000
 LATE_BY_MS = 15_000
+BEHIND_MS = 3_500  # late for some windows of some kinds only
 KEYS = WindowedSerde(STR)
 Results = dict[Windowed[str], list[int]]
 
 
 def phase_records(rng: random.Random, partition: int, start_ms: int) -> list[Record]:
     """One phase of a partition: two keys, two 5 s bursts of a record every 50-500 ms
-    with 6 s of silence between them (every session closes), one record in 12 late."""
+    with 6 s of silence between them (every session closes); one record in 12 late, and
+    one in 12 ``BEHIND_MS`` behind."""
     keys = [f"p{partition}-k{i}" for i in range(2)]
     found: list[Record] = []
     newest = start_ms
@@ -78,6 +81,9 @@ def phase_records(rng: random.Random, partition: int, start_ms: int) -> list[Rec
         while t < burst + 5_000:
             if len(found) % 12 == 11:
                 found.append((rng.choice(keys), newest - LATE_BY_MS))
+                continue
+            if len(found) % 12 == 5:
+                found.append((rng.choice(keys), newest - BEHIND_MS))
                 continue
             found.append((rng.choice(keys), t))
             newest = t
