@@ -28,6 +28,7 @@ class ExampleData:
     stream: list[tuple[str, dict[str, Any]]]
     clock: sample_data.EventClock  # payment n's time: a second of event time per payment
     quiet: dict[str, int] = field(default_factory=dict)  # accounts that stop paying
+    bursts: dict[str, range] = field(default_factory=dict)  # accounts paying in a burst
 
     @property
     def profiles(self) -> dict[str, dict[str, Any]]:
@@ -41,6 +42,7 @@ class ExampleData:
                 anomaly_rate=anomaly_rate,
                 start=len(self.stream),
                 quiet=self.quiet,
+                bursts=self.bursts,
             )
         )
         times = self.clock.times(len(self.stream), count)
@@ -60,6 +62,9 @@ class ExampleData:
 
     def quiet_alerts(self) -> list[dict[str, Any]]:
         return [orjson.loads(v) for _, v in read_topic(self.settings, app.QUIET) if v]
+
+    def busy_alerts(self) -> list[dict[str, Any]]:
+        return [orjson.loads(v) for _, v in read_topic(self.settings, app.BUSY) if v]
 
     def totals_from_changelog(self, application_id: str) -> dict[str, dict[str, Any]]:
         return self.store_from_changelog(application_id, app.TOTALS)
@@ -82,4 +87,6 @@ def example_data(bootstrap: str, accounts: int = 60) -> ExampleData:
     # Three accounts go quiet, from payment 300, 600 and 900 on: a quiet alert each
     # 20 minutes (1200 payments) of event time later.
     quiet = sample_data.going_quiet(accts, 3, 300, 300)
-    return ExampleData(settings, accts, [], clock, quiet)
+    # Two accounts pay in 10-minute bursts, from payment 500 and 2000 on: busy alerts.
+    bursts = sample_data.bursting(accts, 2, 500, 1500, 600)
+    return ExampleData(settings, accts, [], clock, quiet, bursts)

@@ -1,6 +1,7 @@
 """Two real worker processes run the example app against the real broker: alerts, totals,
-quiet-account alerts (a stream-time punctuator) and the last hour's payments (a TTL store)
-match the plain-Python reference."""
+quiet-account alerts (a stream-time punctuator), the last hour's payments (a TTL store)
+and the busy accounts (an emit-final windowed aggregation) match the plain-Python
+reference."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests.integration.example_app import example_data
 from tests.support.waiting import wait_until
 from worker.dev import sample_data
 from worker.examples import payments as app
+from worker.examples import windowed
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +64,10 @@ def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_
     assert all(recent.get(k) == v for k, v in expected.recent.items())  # the last hour
     assert all(expected.written.get(k) == v for k, v in recent.items())  # older: swept or not
     assert len(recent) < len(expected.written)  # some expired and tombstoned
+    busy = data.busy_alerts()
+    assert {windowed.alert_id(x): x for x in busy} == expected.busy
+    assert len(busy) == len(expected.busy)  # each window once
+    assert set(data.bursts) <= {x["account"] for x in busy}  # the bursts are busy
 
 
 @pytest.mark.duration(12)

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
 TOTALS = "account-totals"
 RECENT = "recent-payments"
+BUSY = "busy-10m"  # the windowed store of the busy-account alert
 
 
 class Reply:
@@ -152,7 +153,7 @@ def _tasks_and_host_maps(a: WorkerProcess, b: WorkerProcess) -> dict[str, str]:
         for task in listing["tasks"]:
             assert task["state"] == "running"
             stores = {s["name"]: s for s in task["stores"]}
-            assert set(stores) == {"account-profiles", TOTALS, RECENT}
+            assert set(stores) == {"account-profiles", TOTALS, RECENT, BUSY}
             assert all(isinstance(s["offset"], int) for s in stores.values())
             assert stores[TOTALS]["partition"] == int(task["task_id"].split("_")[1])
             assert (task["lag"] is None) == (task["kind"] == "active")
@@ -250,7 +251,7 @@ def _clear_errors(a: WorkerProcess) -> None:
     assert missing.json["error"] == "key not found"
     unknown = get(endpoint(a), "/stores/no-such-store/keys/x")
     assert unknown.status == 404
-    assert unknown.json["stores"] == ["account-profiles", TOTALS, RECENT]
+    assert unknown.json["stores"] == ["account-profiles", TOTALS, BUSY, RECENT]
     bad = get(endpoint(a), f"/stores/{TOTALS}/keys/x?allow_stale=maybe")
     assert bad.status == 400 and "allow_stale" in bad.json["error"]
     table = get(endpoint(a), "/stores/account-profiles/keys/%ff")

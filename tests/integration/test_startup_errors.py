@@ -108,7 +108,7 @@ def test_missing_source_topics_exit_1_naming_them(own_broker, worker_factory):
 def test_sources_that_are_not_co_partitioned_exit_1(own_broker, worker_factory):
     admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
     topics = [NewTopic("payments", 4, 1), NewTopic("account-profiles", 3, 1)]
-    topics += [NewTopic("payment-alerts", 4, 1), NewTopic("quiet-accounts", 4, 1)]
+    topics += [NewTopic(t, 4, 1) for t in ("payment-alerts", "quiet-accounts", "busy-accounts")]
     for future in admin.create_topics(topics).values():
         future.result(30)
     w = worker_factory("skewed", settings={"bootstrap.servers": own_broker.bootstrap})
@@ -120,7 +120,7 @@ def test_sources_that_are_not_co_partitioned_exit_1(own_broker, worker_factory):
 
 def _example_topics(bootstrap: str, extra: list[NewTopic]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = ("payments", "account-profiles", "payment-alerts", "quiet-accounts")
+    names = ("payments", "account-profiles", "payment-alerts", "quiet-accounts", "busy-accounts")
     topics = [NewTopic(t, 4, 1) for t in names]
     for future in admin.create_topics(topics + extra).values():
         future.result(30)

@@ -9,18 +9,24 @@ with every record it accepted; emit-update sends each accepted record's new aggr
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.aggregating import Running
-from tests.support.window_models import closed_windows, fixed_model, session_model
+from tests.support.window_models import (
+    closed_windows,
+    fixed_model,
+    session_model,
+    sliding_model,
+)
 from worker.processing.topology import BuiltTopology, Topology
-from worker.processing.windows import SessionWindows, Windows, hopping, session
+from worker.processing.windows import SessionWindows, Windows, hopping, session, sliding
 from worker.serde import JSON, STR
-from worker.windowed_serde import WindowedSerde
+from worker.windowed_serde import Windowed, WindowedSerde
 
 records = st.lists(
     # on a coarse grid, so that records land on window bounds and close times
@@ -72,6 +78,17 @@ def run(
         return outputs, late
 
 
+def check_final(
+    outputs: list[Any],
+    contents: dict[Windowed[str], list[int]],
+    stream_time: int,
+    close_time: Callable[[Windowed[str]], int],
+) -> None:
+    """Emit-final sent each window closed at the end once, with every record it accepted."""
+    assert len(outputs) == len({w for w, _v in outputs})  # each window once
+    assert dict(outputs) == closed_windows(contents, stream_time, close_time)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     records,
@@ -90,9 +107,7 @@ def test_fixed_windows_match_the_model(
     assert counted == late
 
     outputs, counted = run(build(windows, "final"), recs, restart_at)
-    expected = closed_windows(contents, stream_time, lambda w: w.end_ms - 1 + grace)
-    assert len(outputs) == len({w for w, _v in outputs})  # each window once
-    assert dict(outputs) == expected
+    check_final(outputs, contents, stream_time, lambda w: w.end_ms - 1 + grace)
     assert [w.start_ms for w, _v in outputs] == sorted(w.start_ms for w, _v in outputs)
     assert counted == late
 
@@ -115,7 +130,28 @@ def test_sessions_match_the_model(
     assert counted == late
 
     outputs, counted = run(build(windows, "final"), recs, restart_at)
-    expected = closed_windows(contents, stream_time, lambda w: w.end_ms + gap + grace)
-    assert len(outputs) == len({w for w, _v in outputs})
-    assert dict(outputs) == expected
+    check_final(outputs, contents, stream_time, lambda w: w.end_ms + gap + grace)
+    assert counted == late
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    records,
+    st.integers(0, 30),
+    st.integers(1, 5).map(lambda t: t * 1000),
+    st.integers(0, 6).map(lambda t: t * 1000),
+)
+# 1000 is accepted after [0, 5000] closed: in the windows it shares with 12000, not in that one
+@example([("a", 0), ("a", 12_000), ("a", 1_000)], 3, 5_000, 6_000)
+# 4000 is accepted, and makes 0's right window [1, 5001] when it has closed: never emitted
+@example([("a", 0), ("b", 8_000), ("a", 4_000)], 3, 5_000, 0)
+def test_sliding_final_results_match_the_model(
+    recs: list[tuple[str, int]], restart_at: int, difference: int, grace: int
+) -> None:
+    windows = sliding(difference, grace_ms=grace)
+    contents, late, stream_time = sliding_model(windows, recs)
+
+    outputs, counted = run(build(windows, "final"), recs, restart_at)
+
+    check_final(outputs, contents, stream_time, lambda w: w.end_ms + grace)
     assert counted == late

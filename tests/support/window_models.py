@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from worker.processing.windows import SessionWindows, TimeWindows
+from worker.processing.windows import SessionWindows, SlidingWindows, TimeWindows, Window
 from worker.windowed_serde import Windowed
 
 Record = tuple[str, int]  # key, timestamp
@@ -84,3 +84,45 @@ def closed_windows(
     close_time: Callable[[Windowed[str]], int],
 ) -> dict[Windowed[str], list[int]]:
     return {w: v for w, v in contents.items() if stream_time > close_time(w)}
+
+
+def sliding_model(
+    windows: SlidingWindows, recs: list[Record]
+) -> tuple[dict[Windowed[str], list[int]], int, int]:
+    """(every emittable window's records, late count, final stream time) of sliding windows.
+
+    A record is late when its right window is closed at the observed time it brings.
+    The windows are KIP-450's over the accepted records (a left window per record, a right
+    one when a later record lies in it); one that first exists already closed (a late-ish
+    record completing an old pair) is never emitted. A window's final result holds the
+    accepted records in its range that arrived while it was open, whenever the window
+    itself came to exist (docs/windows.md §4)."""
+    observed, late = -1, 0
+    accepted: dict[str, list[tuple[int, int]]] = {}  # key -> (time, observed on arrival)
+    created: dict[Windowed[str], int] = {}  # window -> observed time when it first existed
+    for key, ts in recs:
+        observed = max(observed, ts)
+        if windows.is_late(ts, observed):
+            late += 1
+            continue
+        accepted.setdefault(key, []).append((ts, observed))
+        for bounds in _sliding_windows(windows, [t for t, _ in accepted[key]]):
+            created.setdefault(Windowed(key, bounds.start_ms, bounds.end_ms), observed)
+    contents: dict[Windowed[str], list[int]] = {}
+    for window, observed_then in created.items():
+        close = windows.close_time(Window(window.start_ms, window.end_ms))
+        if observed_then <= close:
+            contents[window] = sorted(
+                t
+                for t, arrived in accepted[window.key]
+                if window.start_ms <= t <= window.end_ms and arrived <= close
+            )
+    return contents, late, observed
+
+
+def _sliding_windows(windows: SlidingWindows, times: list[int]) -> set[Window]:
+    """KIP-450's windows of a key's record times."""
+    d = windows.time_difference_ms
+    found = {windows.left_window(r) for r in times}
+    found |= {windows.right_window(r) for r in times if any(r < x <= r + 1 + d for x in times)}
+    return found

@@ -7,17 +7,22 @@ the integration tests make against a real broker).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from tests.fakes import DictStore, FakeCollector
+from tests.support.aggregating import Running
 from tests.support.feeding import feed
 from worker.dev import sample_data
 from worker.examples import payments as app
+from worker.examples import windowed
 from worker.processing.graph import TaskGraph
 from worker.serde import JSON, STR
+from worker.state.rocksdb_env import MiB, RocksDBEnv
+from worker.tasks.stores import open_store
 
 
 class KeepingTtlStore(DictStore):
@@ -167,13 +172,17 @@ def test_the_example_topology_is_one_subtopology_over_both_topics() -> None:
         app.PROFILES: app.PROFILES,
         app.TOTALS: "payments-app-account-totals-changelog",
         app.RECENT: "payments-app-recent-payments-changelog",
+        windowed.STORE: "payments-app-busy-10m-changelog",
     }
-    assert [s.topic for s in st.sinks] == [app.ALERTS, app.QUIET]
+    assert [s.topic for s in st.sinks] == [app.ALERTS, app.QUIET, app.BUSY]
 
 
-def test_the_topology_over_sample_payments_equals_the_reference_computation() -> None:
+def test_the_topology_over_sample_payments_equals_the_reference_computation(
+    tmp_path: Path,
+) -> None:
     """Records alone, no punctuation: every quiet alert comes from the record path, and
-    the reference's final ones (at the end's stream time) are the only ones missing."""
+    the reference's final ones (at the end's stream time) are the only ones missing; no
+    busy alert (emit-final: a punctuation sends them, the next test)."""
     accounts = sample_data.accounts(25)
     profiles = dict(sample_data.profiles(accounts[:-3]))  # three accounts have no profile
     quiet = sample_data.going_quiet(accounts, 2, 500, 500)
@@ -182,6 +191,8 @@ def test_the_topology_over_sample_payments_equals_the_reference_computation() ->
     (subtopology,) = app.build().build().subtopologies
     stores = {name: DictStore(name) for name in (app.PROFILES, app.TOTALS)}
     stores[app.RECENT] = KeepingTtlStore(app.RECENT)
+    (busy,) = (spec for spec in subtopology.stores if spec.name == windowed.STORE)
+    stores[windowed.STORE] = open_store(busy, tmp_path, RocksDBEnv(16 * MiB))
     collector = FakeCollector()
     graph = TaskGraph(subtopology, "0_0", stores, collector)
 
@@ -216,3 +227,28 @@ def test_the_topology_over_sample_payments_equals_the_reference_computation() ->
     assert recent == want.written  # nothing expires in the fake
     assert 0 < len(want.recent) < len(want.written)
     assert sum(t["count"] for t in totals.values()) == len(stream)
+    stores[windowed.STORE].close()
+
+
+def test_the_busy_accounts_of_sample_payments_equal_the_reference_computation(
+    tmp_path: Path,
+) -> None:
+    """Records and the task's punctuations: each closed 10-minute window with more than
+    ``BUSY_PAYMENTS`` payments alerted once, bursts and chance alike."""
+    accounts = sample_data.accounts(25)
+    bursts = sample_data.bursting(accounts, 2, 500, 1000, 600)
+    stream = list(sample_data.payments(accounts, 3_000, bursts=bursts))
+    clock = sample_data.EventClock(1_000_000, 2_000)  # 100 minutes
+    task = Running(app.build().build(), tmp_path)
+    try:
+        for n, (account, payment) in enumerate(stream):
+            task.feed(account, payment, clock.at(n))
+        outputs = task.outputs(app.BUSY)
+    finally:
+        task.close()
+
+    want = sample_data.reference({}, stream, clock, partitions=1).busy
+    assert {windowed.alert_id(o.value): o.value for o in outputs} == want
+    assert len(outputs) == len(want)  # each once
+    assert set(bursts) <= {a["account"] for a in want.values()}  # the bursts are busy
+    assert all(o.key.key == o.value["account"] and not o.headers for o in outputs)

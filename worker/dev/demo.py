@@ -17,8 +17,9 @@ the tail written since its last commit, not the whole changelog).
 
 When the traffic has been processed the workers are stopped cleanly (a final commit),
 and the output topics are checked against a plain-Python reference computation of the
-same input: every alert, and every account's running totals (the ``account-totals``
-changelog). The workers run ``exactly_once_v2``, so the kill leaves no double counts.
+same input: every alert, every account's running totals (the ``account-totals``
+changelog), the quiet accounts, the last hour's payments and the busy accounts (more
+than ``windowed.BUSY_PAYMENTS`` payments in a 10-minute window, emitted when it closes). The workers run ``exactly_once_v2``, so the kill leaves no double counts.
 The exit code is 0 only when both match and every worker's last run exited 0.
 """
 
@@ -55,6 +56,7 @@ KILL_AT = 0.25  # share of the traffic's duration: SIGKILL worker-1, start it ag
 JOIN_AT = 0.55  # share of the traffic's duration: start worker-3
 EVENT_SPEEDUP = 240  # event time runs this much faster than the wall clock: 4 min a second
 QUIET_ACCOUNTS = 10  # accounts that stop paying, one every 2 s of traffic from 2 s on
+BURSTING_ACCOUNTS = 3  # accounts paying in a 2 s burst, one every 15 s of traffic from 5 s on
 READY_TIMEOUT = 60.0  # workers joined, tasks restored, processing
 DRAIN_TIMEOUT = 120.0  # after the last payment: everything processed
 STOP_GRACE = 30.0  # SIGTERM -> exit, before SIGKILL
@@ -196,7 +198,8 @@ def _run(
     watch = ChangelogWatch(settings, totals_topic, PARTITIONS).start()
     producing = time.monotonic()
     quiet = sample_data.going_quiet(accts, QUIET_ACCOUNTS, 2 * rate, 2 * rate)
-    traffic = produce_for(settings, accts, duration, rate, workers, schedule, clock, quiet)
+    bursts = sample_data.bursting(accts, BURSTING_ACCOUNTS, 5 * rate, 15 * rate, 2 * rate)
+    traffic = produce_for(settings, accts, duration, rate, workers, schedule, clock, quiet, bursts)
     produced_in = time.monotonic() - producing
     drained_in = wait_drained(workers, traffic, DRAIN_TIMEOUT)
     watch.stop()

@@ -9,6 +9,7 @@ import http.client
 import urllib.parse
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from worker.dev.demo_traffic import Traffic
 from worker.dev.processes import START_LINE
 from worker.dev.stalls import max_gap
 from worker.examples import payments as app
+from worker.examples import windowed
 from worker.kafka.loader import read_topic
 from worker.partitioner import partition_for
 from worker.serde import JSON, STR
@@ -149,6 +151,7 @@ def summarise(
     )
 
     time_ok = _check_time_outputs(settings, expected)
+    busy_ok = _check_busy_accounts(settings, expected)
 
     codes = [w.returncode for w in workers]
     stopped_ok = all(c == 0 for c in codes)
@@ -161,7 +164,7 @@ def summarise(
             for w in workers
         )
     )
-    matches = alerts_ok and totals_ok and time_ok
+    matches = alerts_ok and totals_ok and time_ok and busy_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
 
@@ -169,17 +172,8 @@ def summarise(
 def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> bool:
     """Print and check the outputs that use time: the quiet alerts (a stream-time
     punctuator) and the last hour's payments (a TTL store), against the reference."""
-    records = [orjson.loads(v) for _, v in read_topic(settings, app.QUIET) if v]
-    got = {sample_data.quiet_id(a): a for a in records}
-    want = expected.quiet
-    missing = sorted(set(want) - set(got))
-    extra = sorted(set(got) - set(want))
-    differing = sorted(k for k in set(want) & set(got) if want[k] != got[k])
-    quiet_ok = not (missing or extra or differing)
-    print(
-        f"quiet accounts:     {len(got)} alerts, {len(records) - len(got)} duplicate records "
-        f"(reference: {len(want)}) -> "
-        + _verdict(quiet_ok, missing=missing, extra=extra, different=differing)
+    quiet_ok = _check_alerts(
+        "quiet accounts:     ", settings, app.QUIET, sample_data.quiet_id, expected.quiet
     )
     recent_topic = app.build().build().store(app.RECENT)[1].changelog(settings.application_id)
     table = _fold_changelog(settings, recent_topic, ttl=True)
@@ -194,6 +188,38 @@ def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> 
         "so far -> " + _verdict(recent_ok, missing_or_different=lost, unexpected=wrong)
     )
     return quiet_ok and recent_ok
+
+
+def _check_busy_accounts(settings: Settings, expected: sample_data.Reference) -> bool:
+    """Print and check the busy-account alerts (an emit-final windowed aggregation)."""
+    note = f" (10-minute windows over {windowed.BUSY_PAYMENTS} payments, emitted final)"
+    return _check_alerts(
+        "busy accounts:      ", settings, app.BUSY, windowed.alert_id, expected.busy, note
+    )
+
+
+def _check_alerts(
+    what: str,
+    settings: Settings,
+    topic: str,
+    identity: Callable[[dict[str, Any]], str],
+    want: dict[str, dict[str, Any]],
+    note: str = "",
+) -> bool:
+    """Print and check the alerts of ``topic`` by identity: each expected one, no other
+    (a record repeated, as an aborted transaction's on the dev broker, counts once)."""
+    records = [orjson.loads(v) for _, v in read_topic(settings, topic) if v]
+    got = {identity(a): a for a in records}
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    differing = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+    ok = not (missing or extra or differing)
+    print(
+        f"{what}{len(got)} alerts{note}, {len(records) - len(got)} duplicate records "
+        f"(reference: {len(want)}) -> "
+        + _verdict(ok, missing=missing, extra=extra, different=differing)
+    )
+    return ok
 
 
 def _print_tasks(traffic: Traffic, arrivals: dict[int, list[int]], partitions: int) -> None:
@@ -254,9 +280,9 @@ def _get(url: str) -> tuple[int, str, str]:
 
 
 def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
-    """Where an operator looks: the metrics URL and two interactive queries with their
-    answers: the account's totals, and its payments of the last hour (a prefix query
-    on its partition).
+    """Where an operator looks: the metrics URL and three interactive queries with their
+    answers: the account's totals, its payments of the last hour (a prefix query on its
+    partition) and its payment counts per 10-minute window (a windowed store).
 
     The queries run while the workers are still up; a 307 (the task is active on another
     worker) is shown and followed once.
@@ -276,6 +302,12 @@ def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
         (
             f"{base}/stores/{app.RECENT}/prefix?prefix={prefix}&partition={partition}",
             lambda body: f"{len(orjson.loads(body)['items'])} payments in the last hour",
+        ),
+        (
+            f"{base}/stores/{windowed.STORE}/windows?key={key}",
+            lambda body: (
+                f"{len(orjson.loads(body)['windows'])} 10-minute windows kept (their payment counts)"
+            ),
         ),
     ):
         lines.append(f"  query:    curl -sL '{url}'")

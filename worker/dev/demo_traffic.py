@@ -118,11 +118,13 @@ def produce_for(
     schedule: list[tuple[float, str, Callable[[float], DemoWorker]]],
     clock: sample_data.EventClock,
     quiet: dict[str, int],
+    bursts: dict[str, range],
 ) -> Traffic:
     """``rate`` payments a second for ``duration`` seconds; a progress line every 10 s.
 
     Payment ``n`` carries the event time ``clock.at(n)``; the accounts of ``quiet`` stop
-    paying from their payment number on (``sample_data.payments``).
+    paying from their payment number on, those of ``bursts`` pay in a burst
+    (``sample_data.payments``).
 
     ``schedule``: (seconds after the first payment, what, action) run on time, each
     action (re)starting one worker, whose readiness is then followed.
@@ -150,7 +152,9 @@ def produce_for(
         if time.monotonic() >= started + second:
             for w in workers:
                 w.check_alive()
-            chunk = list(sample_data.payments(accts, rate, start=len(stream), quiet=quiet))
+            chunk = list(
+                sample_data.payments(accts, rate, start=len(stream), quiet=quiet, bursts=bursts)
+            )
             times = clock.times(len(stream), rate)
             produce_records(settings, app.PAYMENTS, chunk, STR, JSON, timestamps=times)
             stream.extend(chunk)

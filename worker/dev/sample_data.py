@@ -3,7 +3,8 @@ topics they go to.
 
 Until a Spark job computes profiles from history, this module generates accounts with a
 known mean and spread, the matching profile records, and a payment stream in which a
-small, reproducible fraction of payments are far outside their account's profile.
+small, reproducible fraction of payments are far outside their account's profile, some
+accounts stop paying (``going_quiet``) and some pay in bursts (``bursting``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from worker.config import Settings
 from worker.examples import payments as app
+from worker.examples import windowed
 from worker.kafka.admin import Admin, TopicSpec
 from worker.partitioner import partition_for
 
@@ -29,6 +31,7 @@ def create_example_topics(settings: Settings, partitions: int) -> None:
             TopicSpec(app.PROFILES, partitions, {"cleanup.policy": "compact"}),
             TopicSpec(app.ALERTS, partitions),
             TopicSpec(app.QUIET, partitions),
+            TopicSpec(app.BUSY, partitions),
         ]
     )
 
@@ -79,6 +82,25 @@ def going_quiet(accts: list[Account], how_many: int, first: int, every: int) -> 
     return {accts[j * step].id: first + j * every for j in range(min(how_many, len(accts)))}
 
 
+BURST_SHARE = 20  # during its burst, an account makes every 20th payment
+
+
+def bursting(
+    accts: list[Account], how_many: int, first: int, every: int, length: int
+) -> dict[str, range]:
+    """``how_many`` accounts, spread over ``accts`` between those of ``going_quiet``, that
+    pay in a burst: the j-th makes every ``BURST_SHARE``-th of the ``length`` payments
+    from number ``first + j * every`` on (for ``payments(bursts=)``), besides its usual
+    ones."""
+    step = max(1, len(accts) // max(1, how_many))
+    return {
+        accts[(j * step + step // 2) % len(accts)].id: range(
+            first + j * every, first + j * every + length
+        )
+        for j in range(min(how_many, len(accts)))
+    }
+
+
 def payments(
     accts: list[Account],
     count: int,
@@ -86,17 +108,22 @@ def payments(
     anomaly_rate: float = 0.01,
     start: int = 0,
     quiet: Mapping[str, int] | None = None,
+    bursts: Mapping[str, range] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, value) records for the ``payments`` stream; ids are ``p-<n>`` from ``start``.
 
     ``quiet``: account id -> the payment number from which that account pays no more
-    (some accounts must stay active).
+    (some accounts must stay active); ``bursts``: account id -> the payment numbers of
+    its burst (``bursting``).
     """
     rng = random.Random(seed + start)
+    by_id = {acct.id: acct for acct in accts}
     for n in range(start, start + count):
         acct = accts[rng.randrange(len(accts))]
         while quiet and quiet.get(acct.id, n + 1) <= n:
             acct = accts[rng.randrange(len(accts))]
+        if bursts and n % BURST_SHARE == 0:
+            acct = next((by_id[a] for a, burst in bursts.items() if n in burst), acct)
         if rng.random() < anomaly_rate:
             amount = acct.mean + rng.choice((-1, 1)) * acct.std * rng.uniform(6, 10)
         else:
@@ -114,6 +141,7 @@ class Reference:
     quiet: dict[str, dict[str, Any]] = field(default_factory=dict)  # quiet_id -> alert
     written: dict[str, int] = field(default_factory=dict)  # every recent-payments key
     recent: dict[str, int] = field(default_factory=dict)  # ... unexpired at the end
+    busy: dict[str, dict[str, Any]] = field(default_factory=dict)  # alert_id -> busy alert
 
 
 def quiet_id(alert: dict[str, Any]) -> str:
@@ -135,10 +163,13 @@ def reference(
     ``quiet_at`` of it, or, for its final one, when its task's final stream time (the
     latest payment time of its partition) reaches ``quiet_at``. ``recent`` holds the keys
     younger than an hour at that final stream time; older ones are expired (absent from
-    queries, deleted and tombstoned as the sweep reaches them).
+    queries, deleted and tombstoned as the sweep reaches them). ``busy`` holds the alerts
+    of the 10-minute windows closed at that final stream time (none of the payments is
+    late: they are in time order).
     """
     out = Reference()
     stream_time: dict[int, int] = {}
+    timed: dict[int, list[tuple[int, dict[str, Any]]]] = {}  # partition -> its payments
 
     def partition_of(account: str) -> int:
         return partition_for(account.encode(), partitions)  # the STR serde
@@ -147,6 +178,7 @@ def reference(
         at = clock.at(n)
         partition = partition_of(account)
         stream_time[partition] = max(stream_time.get(partition, -1), at)
+        timed.setdefault(partition, []).append((at, payment))
         current = out.totals.get(account)
         quiet = app.quiet_alert(account, current, at)
         if quiet is not None:
@@ -166,4 +198,7 @@ def reference(
         account, written_at, _ = key.split("|")
         if int(written_at) > final[account] - app.HOUR_MS:
             out.recent[key] = amount
+    for partition, paid in timed.items():
+        for alert in windowed.expected_alerts(paid, stream_time[partition]).values():
+            out.busy[windowed.alert_id(alert)] = alert
     return out

@@ -1,5 +1,6 @@
 """The example app: totals per account, alerts on unusual payments, each account's payments
-of the last hour, and an alert when an account that was active goes quiet.
+of the last hour, an alert when an account that was active goes quiet, and one when an
+account makes too many payments in 10 minutes.
 
 Topics:
 - ``payments`` (stream, keyed by account id): ``{"id", "account", "amount_cents"}``; the
@@ -10,7 +11,11 @@ Topics:
 - ``payment-alerts`` (output): a payment more than ``ALERT_Z`` standard deviations from
   its account's mean;
 - ``quiet-accounts`` (output): an account whose last payment is ``QUIET_AFTER_MS`` of
-  stream time old, once per last payment.
+  stream time old, once per last payment;
+- ``busy-accounts`` (output): an account with more than ``windowed.BUSY_PAYMENTS``
+  payments in a 10-minute window (hopping, a window every 5 minutes), once per window,
+  when it closes (:mod:`worker.examples.windowed`: an emit-final windowed aggregation with
+  its windowed store ``busy-10m``).
 
 Stores, each backed by its changelog ``<application.id>-<store>-changelog``:
 - ``account-totals``: ``{"count", "sum_cents", "last_payment_ms", "quiet_alerted"}`` per
@@ -20,7 +25,7 @@ Stores, each backed by its changelog ``<application.id>-<store>-changelog``:
   prefix query answers "payments of this account in the last hour":
   ``GET /stores/recent-payments/prefix?prefix=acct-00001|``.
 
-Both stores and the profiles live in one sub-topology, so ``payments`` and
+The stores and the profiles live in one sub-topology, so ``payments`` and
 ``account-profiles`` must be co-partitioned.
 
 The quiet check is a stream-time punctuator, every ``QUIET_CHECK_MS``. An account is
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.examples import windowed
 from worker.processing import ProcessorContext, Topology
 from worker.serde import JSON, STR
 
@@ -43,6 +49,7 @@ PAYMENTS = "payments"
 PROFILES = "account-profiles"
 ALERTS = "payment-alerts"
 QUIET = "quiet-accounts"
+BUSY = windowed.BUSY_ACCOUNTS
 TOTALS = "account-totals"
 RECENT = "recent-payments"
 ALERT_Z = 4.0
@@ -148,7 +155,7 @@ def check_quiet(ctx: ProcessorContext, now_ms: int) -> None:
 
 def build() -> Topology:
     """The topology ``worker start`` runs by default."""
-    return (
+    topology = (
         Topology()
         .add_source("payments", PAYMENTS, key_serde=STR, value_serde=JSON)
         .add_table(PROFILES, PROFILES, key_serde=STR, value_serde=JSON)
@@ -164,3 +171,4 @@ def build() -> Topology:
         .add_sink("alerts", ALERTS, parents=["score"], key_serde=STR, value_serde=JSON)
         .add_sink("quiet", QUIET, parents=["score"], key_serde=STR, value_serde=JSON)
     )
+    return windowed.add_busy_alerts(topology, "payments")

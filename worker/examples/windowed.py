@@ -1,19 +1,21 @@
-"""A windowed example app: accounts with too many payments in 10 minutes.
+"""The windowed alert of the example app: accounts with too many payments in 10 minutes.
 
-Run with ``worker start --app worker.examples.windowed:build``. Topics:
+The payments example (``worker.examples.payments``, ``make demo``) includes it through
+:func:`add_busy_alerts`; on its own it runs with
+``worker start --app worker.examples.windowed:build``. Topics:
 
 - ``payments`` (stream, keyed by account id): ``{"id", "account", "amount_cents"}``, the
   record timestamp being the payment's time (the example app's input);
-- ``busy-accounts`` (output): for each 10-minute window (starting every minute, aligned on
-  the epoch) in which an account made more than ``BUSY_PAYMENTS`` payments, one alert,
+- ``busy-accounts`` (output): for each 10-minute window (starting every 5 minutes, aligned
+  on the epoch) in which an account made more than ``BUSY_PAYMENTS`` payments, one alert,
   sent once when the window closes (``GRACE_MS`` after its end, in stream time). Its key
   is ``Windowed(account, start_ms, end_ms)`` (``worker.windowed_serde.WindowedSerde``
   over the string key), its value ``{"account", "from", "to", "payments", "sum_cents"}``.
 
 The aggregation's store ``busy-10m`` (changelog ``<application.id>-busy-10m-changelog``)
 answers ``GET /stores/busy-10m/windows?key=<account>`` with the counts so far.
-:func:`expected_alerts` is the reference computation a demo or a test checks the output
-against.
+:func:`expected_alerts` is the reference computation the demo and the tests check the
+output against.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ BUSY_ACCOUNTS = "busy-accounts"
 STORE = "busy-10m"
 BUSY_PAYMENTS = 20
 GRACE_MS = 30_000
-WINDOWS = hopping(600_000, 60_000, grace_ms=GRACE_MS)
+WINDOWS = hopping(600_000, 300_000, grace_ms=GRACE_MS)
 
 
 def add_payment(account: str, payment: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
@@ -53,6 +55,11 @@ def alert_for(window: Windowed[str], totals: dict[str, int]) -> dict[str, Any] |
         "payments": totals["payments"],
         "sum_cents": totals["sum_cents"],
     }
+
+
+def alert_id(alert: dict[str, Any]) -> str:
+    """A busy alert's identity: the account and its window's start."""
+    return f"{alert['account']}@{alert['from']}"
 
 
 def busy_alert(ctx: ProcessorContext, window: Windowed[str], totals: dict[str, int]) -> None:
@@ -83,14 +90,13 @@ def expected_alerts(
     return alerts
 
 
-def build() -> Topology:
-    """Payments counted per account in hopping 10-minute windows; busy ones alerted."""
+def add_busy_alerts(topology: Topology, payments: str) -> Topology:
+    """Count the payments of node ``payments`` per account in hopping 10-minute windows
+    and alert the busy ones to ``busy-accounts``."""
     return (
-        Topology()
-        .add_source("payments", PAYMENTS, key_serde=STR, value_serde=JSON)
-        .add_windowed_aggregation(
+        topology.add_windowed_aggregation(
             STORE,
-            ["payments"],
+            [payments],
             WINDOWS,
             initializer=lambda: {"payments": 0, "sum_cents": 0},
             aggregator=add_payment,
@@ -99,5 +105,11 @@ def build() -> Topology:
             value_serde=JSON,
         )
         .add_processor("busy-alert", busy_alert, parents=[STORE])
-        .add_sink("alerts", BUSY_ACCOUNTS, ["busy-alert"], WindowedSerde(STR), JSON)
+        .add_sink("busy", BUSY_ACCOUNTS, ["busy-alert"], WindowedSerde(STR), JSON)
     )
+
+
+def build() -> Topology:
+    """The windowed alert alone, over the payments."""
+    source = Topology().add_source("payments", PAYMENTS, key_serde=STR, value_serde=JSON)
+    return add_busy_alerts(source, "payments")

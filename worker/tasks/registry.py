@@ -80,9 +80,7 @@ class Tasks:
         for task in finished:
             task.revived = False
             task.transition(TaskState.RUNNING, "restored")
-            self._start_inputs(task)
-            if task.punctuators is not None:  # after the stream time it resumes with
-                task.punctuators.start(task.stream_time)
+            self._start_processing(task)
         if finished:
             self.on_change()
 
@@ -121,7 +119,7 @@ class Tasks:
         processes at once, with no restore (worker/tasks/handover.py, step 3)."""
         task.transition(TaskState.RESTORING, "released")
         task.transition(TaskState.RUNNING, "released")
-        self._start_inputs(task)
+        self._start_processing(task)
 
     def stop_inputs(self, task: Task) -> None:
         """Stop reading for ``task``: its changelogs, its source partitions, its route."""
@@ -130,7 +128,10 @@ class Tasks:
         for tp in task.source_partitions:
             self.route.pop(tp, None)
 
-    def _start_inputs(self, task: Task) -> None:
+    def _start_processing(self, task: Task) -> None:
+        """Read the task's inputs from the committed offsets, then run its processors'
+        ``init`` and punctuators from the stream time it resumes with (restored or
+        released alike: a released task without them would never punctuate)."""
         found = self._group_offsets.committed_with_metadata(task.source_partitions)
         task.resume_stream_time({tp: metadata for tp, (_, metadata) in found.items()})
         committed = {tp: off for tp, (off, _) in found.items()}
@@ -143,6 +144,8 @@ class Tasks:
         self._consumer.add(task.start_positions(committed))
         for tp in task.source_partitions:
             self.route[tp] = task
+        if task.punctuators is not None:
+            task.punctuators.start(task.stream_time)
 
     def close(self, task_id: TaskId, clean: bool) -> None:
         """Stop and close one task (clean: checkpoint written); a failing close is logged."""

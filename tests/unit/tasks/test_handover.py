@@ -8,14 +8,27 @@ other instance's side is written into the fakes by hand.
 
 from __future__ import annotations
 
-from tests.unit.tasks.conftest import COUNTS_CHANGELOG, EVENTS, T00, T01, Harness
+from tests.unit.tasks.conftest import (
+    COUNTS,
+    COUNTS_CHANGELOG,
+    EVENTS,
+    LABELS,
+    T00,
+    T01,
+    Harness,
+    count_events,
+    make_harness,
+)
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
 from worker.errors import ProduceFailed
+from worker.processing import ProcessorContext, Topology
+from worker.serde import JSON, STR
 from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.state.stream_time_marker import STREAM_TIME_KEY
 from worker.tasks.handover import ReleaseWatch
 from worker.tasks.state import TaskRole, TaskState
+from worker.tasks.task import TaskContext
 
 
 def cl(task_id: TaskId) -> TP:
@@ -104,6 +117,36 @@ def test_the_new_owner_holds_the_task_until_the_release_then_goes_on_from_its_of
     assert task.stores["counts"].get_committed(b"a") == b"5", "the old owner's last change"
     assert harness.manager.awaiting_release() == frozenset()
     harness.manager.close_all(clean=False)
+
+
+def test_a_task_taken_over_on_its_release_runs_its_processors_init_and_punctuators(
+    ctx: TaskContext,
+) -> None:
+    inits: list[str] = []
+
+    def schedule_ticks(pctx: ProcessorContext) -> None:
+        inits.append("count")
+        pctx.schedule(1_000, "stream", lambda _ctx, _now: None)
+
+    built = (
+        Topology()
+        .add_source(EVENTS, EVENTS, key_serde=STR, value_serde=JSON)
+        .add_table(LABELS, LABELS, key_serde=STR, value_serde=JSON)
+        .add_store(COUNTS, key_serde=STR, value_serde=JSON)
+        .add_processor("count", count_events, [EVENTS], [COUNTS, LABELS], init=schedule_ticks)
+        .build()
+    )
+    h = make_harness(built, ctx)
+    try:
+        h.manager.on_assigned(plan((), standby=(T00,)), incoming=frozenset({T00}))
+        released_by_other(h, T00, generation=2, offset=0)
+        step(h)
+
+        task = h.manager.tasks[T00]
+        assert task.role is TaskRole.ACTIVE and task.state is TaskState.RUNNING
+        assert inits == ["count"] and task.punctuators is not None and len(task.punctuators) == 1
+    finally:
+        h.manager.close_all(clean=False)
 
 
 def test_a_release_of_an_earlier_hand_over_is_not_this_one(harness: Harness) -> None:
