@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, Self, cast
 
+from worker.clock import MAX_TIME_MS
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.scan import KeyRange, Scan, ScanRangeError, check_limit
 from worker.state.store import RestoreBatch, Store
@@ -177,6 +178,7 @@ class WindowedStore(Store):
     restore_skipped: int  # restored records past the cutoff, not written
     expiry_ranges: int  # range deletes buffered
     _step_ms: int  # layout.interval_ms
+    _observed_unwritten: bool  # observed_ms rose since it was last buffered
     events: WindowEvents
 
     @classmethod
@@ -203,6 +205,7 @@ class WindowedStore(Store):
 
     def _load_progress(self) -> None:
         self.observed_ms = decode_meta(self.get(OBSERVED_MS), -1)
+        self._observed_unwritten = False
         emitted = self.get(LAST_EMITTED_CLOSE)
         if emitted is None and not self.layout.hold_until_emitted:
             self.last_emitted_close = None
@@ -223,13 +226,48 @@ class WindowedStore(Store):
 
     def advance(self, time_ms: int) -> None:
         """Raise the observed time to ``time_ms`` (a write's timestamp, or emit-final's
-        stream time); never lowers it. Buffers the new time and, when the cutoff gained
-        a step, the range delete of what expired."""
+        stream time); never lowers it. When the cutoff gained a step, buffers the range
+        delete of what expired.
+
+        The new time joins the buffer only when the buffer is read for a commit
+        (:meth:`pending`, :meth:`commit`): it rises on almost every record, and one
+        buffered write of it per commit is all the changelog and RocksDB get anyway (the
+        buffer keeps a key's last write).
+
+        Raises:
+            ValueError: ``time_ms`` is past :data:`~worker.clock.MAX_TIME_MS`.
+        """
         if time_ms <= self.observed_ms:
             return
-        self.put(OBSERVED_MS, encode_meta(time_ms))  # first: it refuses an impossible time
+        if time_ms > MAX_TIME_MS:
+            encode_meta(time_ms)  # raises, naming the time
         self.observed_ms = time_ms
-        self._expire()
+        self._observed_unwritten = True
+        last_emitted = self.last_emitted_close
+        cutoff = time_ms - self.layout.retention_ms
+        if last_emitted is not None and last_emitted < cutoff:
+            cutoff = last_emitted
+        step = self._step_ms
+        if cutoff // step * step > self.expired_upto:  # plan_expiry's test, inline
+            self._expire()
+
+    def _write_observed(self) -> None:
+        """Buffer the observed time if it rose since it was last buffered."""
+        if self._observed_unwritten:
+            self._observed_unwritten = False
+            self.put(OBSERVED_MS, encode_meta(self.observed_ms))
+
+    def pending(self) -> Mapping[bytes, bytes | None]:
+        self._write_observed()
+        return super().pending()
+
+    def pending_times(self) -> Mapping[bytes, int]:
+        self._write_observed()
+        return super().pending_times()
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
+        self._write_observed()
+        super().commit(offsets, stream_time)
 
     def mark_emitted(self, close_bound: int) -> None:
         """Emit-final has emitted every window whose time (start; end for sessions) is

@@ -38,6 +38,8 @@ from worker.state.window_store import StoredWindow, WindowedStore, check_times
 
 __all__ = ["FixedWindowStore", "SessionStore", "StoredWindow"]
 
+_ABSENT = object()  # a key the buffer (or the read cache) does not hold
+
 
 class FixedWindowStore(WindowedStore):
     """Tumbling and hopping windows ``[start, start + size)``, keyed ``start || key``."""
@@ -68,17 +70,48 @@ class FixedWindowStore(WindowedStore):
                 f"store {self.name!r}: {start_ms} is not a window start "
                 f"(a multiple of advance_ms {self.layout.advance_ms})"
             )
-        self.advance(timestamp_ms)
-        if start_ms < self.live_from:
-            return self._dropped()
         stored_key = fixed_key(start_ms, key)
         if value is None:
+            self.advance(timestamp_ms)
+            if start_ms < self.live_from:
+                return self._dropped()
             self.delete(stored_key)
-        else:
-            self.put(
-                stored_key, encode_value(timestamp_ms if max_ts_ms is None else max_ts_ms, value)
-            )
+            return True
+        max_ts = timestamp_ms if max_ts_ms is None else max_ts_ms
+        return self.put_stored(stored_key, start_ms, max_ts, value, timestamp_ms)
+
+    # The layout's functions, for an operator doing its own read-modify-write
+    # (:meth:`stored_window`, then :meth:`put_stored`) without importing the state layer.
+    window_key = staticmethod(fixed_key)
+    split_stored = staticmethod(decode_value)
+
+    def put_stored(
+        self, stored_key: bytes, start_ms: int, max_ts_ms: int, value: bytes, timestamp_ms: int
+    ) -> bool:
+        """:meth:`put_window` with the key made by the caller: ``stored_key`` is
+        ``window_key(start_ms, key)`` and ``start_ms`` a window start (not checked here)."""
+        if timestamp_ms > self.observed_ms:
+            self.advance(timestamp_ms)
+        if start_ms < self.live_from:
+            return self._dropped()
+        self.put(stored_key, encode_value(max_ts_ms, value))
         return True
+
+    def stored_window(self, stored_key: bytes) -> bytes | None:
+        """The stored bytes (``max_ts || value``) under ``stored_key``, uncommitted writes
+        included, for a read-modify-write of a live window (the caller checks liveness).
+
+        Unlike :meth:`get_window`, what comes from RocksDB (mostly nothing: a new window)
+        is not kept in the read cache: the write that follows replaces it in the buffer
+        and the commit caches what it wrote, so remembering it would only churn the
+        cache, which a window store's ever-new keys otherwise trim over and over."""
+        read = self._read_path
+        stored = read.buffered(stored_key, _ABSENT)
+        if stored is _ABSENT:
+            stored = read.cached(stored_key, _ABSENT)
+            if stored is _ABSENT:
+                return self._read_committed(stored_key)
+        return stored  # type: ignore[return-value]
 
     def get_window(self, key: bytes, start_ms: int) -> StoredWindow | None:
         """The window of ``key`` starting at ``start_ms``, uncommitted writes included."""
