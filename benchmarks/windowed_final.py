@@ -176,7 +176,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             f"{most.open_windows:,.0f} open windows",
             fewest.run.max_disk / MiB,
             f"{fewest.open_windows:,.0f} open windows",
-            "MiB",
+            "MiB on disk",
         ),
     ]
     rows = []

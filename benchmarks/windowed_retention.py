@@ -166,7 +166,7 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     result.rows += [
         Row(
             "RocksDB on disk, end against after the first retention period",
-            last.disk_bytes / MiB, at_end, first.disk_bytes / MiB, after, "MiB", flat,
+            last.disk_bytes / MiB, at_end, first.disk_bytes / MiB, after, "MiB on disk", flat,
         ),
         Row(
             "changelog records held, end against after the first retention period",

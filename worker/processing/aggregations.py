@@ -273,7 +273,7 @@ class WindowedAggregation:
             self._late(raw)  # the window closed: its close bound (windows.py) is past it
             return
         stored_key = raw.window_key(start, raw_key)
-        stored = raw.stored_window(stored_key)
+        stored = raw.stored_window(stored_key, start)
         if stored is None:
             aggregate, max_ts = self._initializer(), ts
         else:

@@ -216,3 +216,23 @@ def test_a_range_delete_goes_first_in_the_commit_batch(tmp_path: Path, env: Rock
         assert store.get(b"b") is None
     finally:
         store.close()
+
+
+def test_a_read_for_update_finds_windows_committed_restored_or_on_disk_at_open(
+    tmp_path: Path, env: RocksDBEnv
+) -> None:
+    """``stored_window`` skips RocksDB for windows newer than every start on disk: each
+    way a window reaches the disk raises that bound."""
+    store = FixedWindowStore.open_windowed(tmp_path / "w", env, "w", TUMBLING)
+    key = FixedWindowStore.window_key
+    assert store.stored_window(key(0, b"a"), 0) is None
+    store.put_stored(key(0, b"a"), 0, 5, b"1", 5)
+    store.commit({TP: 0})
+    assert store.stored_window(key(0, b"a"), 0) == FixedWindowStore.window_key(5, b"1")
+    restore_pairs(store, [(key(MINUTE, b"b"), key(MINUTE + 1, b"2"))], {TP: 1})
+    assert store.stored_window(key(MINUTE, b"b"), MINUTE) == key(MINUTE + 1, b"2")
+    store.close()
+    again = FixedWindowStore.open_windowed(tmp_path / "w", env, "w", TUMBLING)
+    assert again.stored_window(key(MINUTE, b"b"), MINUTE) == key(MINUTE + 1, b"2")
+    assert again.stored_window(key(2 * MINUTE, b"b"), 2 * MINUTE) is None
+    again.close()
