@@ -16,8 +16,8 @@ so a restart, a move or a restore judges retention as the writer did.
 Expired windows leave RocksDB by time range: when the expiry cutoff
 (``window_format.expiry_cutoff``: ``min(observed - retention, last_emitted_close)``, so an
 emit-final store never loses a window before it is emitted) gains a whole step of
-``segment_interval(retention)``, the store buffers one ``delete_range`` that the next
-commit applies first in its atomic batch, with the new ``EXPIRED_UPTO``. Never one delete
+``segment_interval(retention)``, the next commit applies one ``delete_range`` (up to the
+latest step) first in its atomic batch, with the new ``EXPIRED_UPTO``. Never one delete
 per key, and never a changelog tombstone: the changelog topic is ``compact,delete`` with
 time retention, so the broker drops old windows by itself.
 
@@ -179,6 +179,7 @@ class WindowedStore(Store):
     expiry_ranges: int  # range deletes buffered
     _step_ms: int  # layout.interval_ms
     _observed_unwritten: bool  # observed_ms rose since it was last buffered
+    _expiry_hi: bytes | None  # expiry's range delete [b"", hi) for the next commit
     events: WindowEvents
 
     @classmethod
@@ -206,6 +207,7 @@ class WindowedStore(Store):
     def _load_progress(self) -> None:
         self.observed_ms = decode_meta(self.get(OBSERVED_MS), -1)
         self._observed_unwritten = False
+        self._expiry_hi = None
         emitted = self.get(LAST_EMITTED_CLOSE)
         if emitted is None and not self.layout.hold_until_emitted:
             self.last_emitted_close = None
@@ -230,9 +232,9 @@ class WindowedStore(Store):
         delete of what expired.
 
         The new time joins the buffer only when the buffer is read for a commit
-        (:meth:`pending`, :meth:`commit`): it rises on almost every record, and one
-        buffered write of it per commit is all the changelog and RocksDB get anyway (the
-        buffer keeps a key's last write).
+        (:meth:`pending`, :meth:`commit`, see :meth:`_settle`): it rises on almost every
+        record, and one buffered write of it per commit is all the changelog and RocksDB
+        get anyway (the buffer keeps a key's last write).
 
         Raises:
             ValueError: ``time_ms`` is past :data:`~worker.clock.MAX_TIME_MS`.
@@ -251,22 +253,32 @@ class WindowedStore(Store):
         if cutoff // step * step > self.expired_upto:  # plan_expiry's test, inline
             self._expire()
 
-    def _write_observed(self) -> None:
-        """Buffer the observed time if it rose since it was last buffered."""
+    def _settle(self) -> None:
+        """Buffer what waits for the commit: the observed time if it rose since it was
+        last buffered, and the range delete of what expired since the last commit.
+
+        The range waits because ``WriteBuffer.delete_range`` drops the buffered entries
+        in it, a pass over the whole buffer, and a commit interval may cover many expiry
+        steps when event time runs fast (a backlog): one range from the first key up to
+        the latest step does the work of them all. Until then readers skip the expired
+        windows by time, as they skip those still on disk."""
         if self._observed_unwritten:
             self._observed_unwritten = False
             self.put(OBSERVED_MS, encode_meta(self.observed_ms))
+        if self._expiry_hi is not None:
+            hi, self._expiry_hi = self._expiry_hi, None
+            self.delete_range(b"", hi)
 
     def pending(self) -> Mapping[bytes, bytes | None]:
-        self._write_observed()
+        self._settle()
         return super().pending()
 
     def pending_times(self) -> Mapping[bytes, int]:
-        self._write_observed()
+        self._settle()
         return super().pending_times()
 
     def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
-        self._write_observed()
+        self._settle()
         super().commit(offsets, stream_time)
 
     def mark_emitted(self, close_bound: int) -> None:
@@ -295,8 +307,8 @@ class WindowedStore(Store):
         )
         if plan is None:
             return
-        assert plan.range.lo is not None and plan.range.hi is not None
-        self.delete_range(plan.range.lo, plan.range.hi)
+        assert plan.range.lo == b"" and plan.range.hi is not None
+        self._expiry_hi = plan.range.hi  # buffered at the next commit (_settle)
         self.expired_upto = plan.expired_upto
         self.put(EXPIRED_UPTO, encode_meta(plan.expired_upto))
         self.expiry_ranges += 1
