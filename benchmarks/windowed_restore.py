@@ -44,6 +44,7 @@ from benchmarks.windowed_runs import (
     StoredWindows,
     changelog_timestamps,
     changelog_topic,
+    held_within,
     recent_start,
     stored_windows,
 )
@@ -73,6 +74,7 @@ QUICK = Params(records=20_000, hours=3, active_keys=400)
 @dataclass(frozen=True)
 class Restore:
     changelog: int  # records in the changelog when the worker started
+    held: int  # of those, what a broker enforcing retention.ms (one hour) keeps
     restored: int  # worker_restored_records_total once ready
     skipped: int  # worker_window_restore_skipped_records_total
     seconds: float  # launch to ready
@@ -99,7 +101,11 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     settings = worker_settings(
         bootstrap,
         app_id,
-        {"commit.interval.ms": params.commit_interval_ms, "num.standby.replicas": 0},
+        {
+            "commit.interval.ms": params.commit_interval_ms,
+            "num.standby.replicas": 0,
+            "windowstore.changelog.additional.retention.ms": 0,
+        },
     )
     state_dir = ctx.path("state")
     first = start_worker(ctx, "first", settings, APP, state_dir)
@@ -109,7 +115,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
         max(120.0, params.records / 2000), f"{kill_at} records processed", 0.05, [first],
     )  # fmt: skip
     first.kill()
-    changelog = lambda: len(changelog_timestamps(bootstrap, changelog_topic(app_id)))  # noqa: E731
+    changelog = lambda: changelog_timestamps(bootstrap, changelog_topic(app_id))  # noqa: E731
     after_kill, second = _restore(ctx, "after-kill", settings, state_dir, changelog)
     _wait_idle(second, params.records - kill_at)
     stop_worker(second)
@@ -141,16 +147,22 @@ def _restore(
     name: str,
     settings: dict[str, object],
     state_dir: Path,
-    changelog: Callable[[], int],
+    changelog: Callable[[], list[int]],
 ) -> tuple[Restore, WorkerProcess]:
     """Start a worker over ``state_dir``; once ready (every task restored), its counts
-    (``changelog()``: the changelog's records)."""
-    records = changelog()
+    (``changelog()``: the timestamps of the changelog's records)."""
+    stamps = changelog()
     launched = time.monotonic()
     worker = start_worker(ctx, name, settings, APP, state_dir)
     worker.wait_ready(300)
     seconds = time.monotonic() - launched
-    restored = Restore(records, int(worker.metric(RESTORED)), int(worker.metric(SKIPPED)), seconds)
+    restored = Restore(
+        len(stamps),
+        held_within(stamps, HOURLY_RETENTION_MS),
+        int(worker.metric(RESTORED)),
+        int(worker.metric(SKIPPED)),
+        seconds,
+    )
     return restored, worker
 
 
@@ -177,12 +189,14 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         ),
     ]  # fmt: skip
     rows = [
-        ["after kill -9", f"{kill.changelog:,}", f"{kill.restored:,}", f"{kill.skipped:,}"]
+        ["after kill -9", f"{kill.changelog:,}", f"{kill.held:,}", f"{kill.restored:,}"]
+        + [f"{kill.skipped:,}"]
         + [f"{kill.restored - kill.skipped:,}", f"{kill.seconds:.1f}"],
-        ["cold (state dir removed)", f"{cold.changelog:,}", f"{cold.restored:,}"]
-        + [f"{cold.skipped:,}", f"{written:,}", f"{cold.seconds:.1f}"],
+        ["cold (state dir removed)", f"{cold.changelog:,}", f"{cold.held:,}"]
+        + [f"{cold.restored:,}", f"{cold.skipped:,}", f"{written:,}", f"{cold.seconds:.1f}"],
     ]
-    headers = ["restore", "changelog records", "restored (read)", "skipped as expired"]
+    headers = ["restore", "changelog records", "held by retention.ms", "restored (read)"]
+    headers += ["skipped as expired"]
     headers += ["written", "launch to ready (s)"]
     stores = [
         ["before (run complete, clean stop)", f"{before.windows:,}", f"{before.live:,}"],
