@@ -111,8 +111,9 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     first = start_worker(ctx, "first", settings, APP, state_dir)
     kill_at = int(params.records * params.kill_at)
     wait_for(
-        lambda: metric_or_zero(first, "worker_processed_records_total") >= kill_at,
-        max(120.0, params.records / 2000), f"{kill_at} records processed", 0.05, [first],
+        lambda: metric_or_zero(first, "worker_processed_records_total") >= kill_at
+        and metric_or_zero(first, "worker_commits_total") > 0,
+        max(120.0, params.records / 2000), f"{kill_at} records processed and a commit", 0.05, [first],
     )  # fmt: skip
     first.kill()
     changelog = lambda: changelog_timestamps(bootstrap, changelog_topic(app_id))  # noqa: E731

@@ -149,28 +149,35 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     return Measured(params, samples, wall)
 
 
-def settled(samples: list[Sample]) -> Sample:
-    """The first sample past the first retention period and one expiry step: from there on
-    the store holds between one retention and one retention plus a step of windows."""
+def periods(samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+    """(the samples of the hour after the first retention period and one expiry step,
+    those of the last hour). From the first on the store holds between one retention and
+    one retention plus a step of windows; RocksDB's bytes go up and down with its
+    compactions, so each period is judged by its largest sample."""
     settle = (HOURLY_RETENTION_MS + segment_interval(HOURLY_RETENTION_MS)) / HOUR_MS
-    return next((s for s in samples if s.event_hours >= settle), samples[-1])
+    end = samples[-1].event_hours
+    first = [s for s in samples if settle <= s.event_hours < settle + 1] or samples[-1:]
+    last = [s for s in samples if s.event_hours > end - 1] or samples[-1:]
+    return first, last
 
 
 def report(measured: Measured, plot_path: PlotPath) -> Result:
     params, samples = measured.params, measured.samples
-    first, last = settled(samples), samples[-1]
-    after = f"at {first.event_hours:.1f} h of event time"
-    at_end = f"at {last.event_hours:.1f} h (the end)"
+    first, last = periods(samples)
+    after = f"largest, {first[0].event_hours:.1f}-{first[-1].event_hours:.1f} h of event time"
+    at_end = f"largest, {last[0].event_hours:.1f}-{last[-1].event_hours:.1f} h (the last hour)"
     flat = Target("<=", FLAT, "issue 22: flat, within 25% here")
+    disk = [max(s.disk_bytes for s in period) / MiB for period in (last, first)]
+    held = [max(s.changelog_held for s in period) for period in (last, first)]
     result = Result(NAME, TITLE)
     result.rows += [
         Row(
-            "RocksDB on disk, end against after the first retention period",
-            last.disk_bytes / MiB, at_end, first.disk_bytes / MiB, after, "MiB on disk", flat,
+            "RocksDB on disk, last hour against the hour after the first retention period",
+            disk[0], at_end, disk[1], after, "MiB on disk", flat,
         ),
         Row(
-            "changelog records held, end against after the first retention period",
-            last.changelog_held, at_end, first.changelog_held, after, "records", flat,
+            "changelog records held, last hour against the hour after the first retention period",
+            held[0], at_end, held[1], after, "records", flat,
         ),
     ]  # fmt: skip
     rows = [
