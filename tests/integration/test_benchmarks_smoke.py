@@ -116,8 +116,8 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
     "windowed_retention": (
         "Windowed store with hourly retention over hours of event time",
         [
-            "RocksDB on disk, last hour against the hour after the first retention period",
-            "changelog records held, last hour against the hour after the first retention period",
+            "RocksDB on disk, later against the hour after the first retention period",
+            "changelog records held, later against the hour after the first retention period",
         ],
     ),
     "windowed_restore": (
