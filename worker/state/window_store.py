@@ -40,6 +40,7 @@ from typing import NamedTuple, Protocol, Self, cast
 
 from worker.clock import MAX_TIME_MS
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.rocksdb_errors import rocksdb_errors
 from worker.state.scan import KeyRange, Scan, ScanRangeError, check_limit
 from worker.state.store import RestoreBatch, Store
 from worker.state.window_format import (
@@ -278,8 +279,25 @@ class WindowedStore(Store):
         return super().pending_times()
 
     def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
+        """:meth:`Store.commit`; when the batch held expiry's range delete, the expired
+        range is then compacted (:meth:`_compact_expired`)."""
         self._settle()
+        ranges = self._buffer.ranges  # expiry's only: no other writer deletes by range
+        expired = max(hi for _lo, hi in ranges) if ranges else None
         super().commit(offsets, stream_time)
+        if expired is not None:
+            self._compact_expired(expired)
+
+    def _compact_expired(self, hi: bytes) -> None:
+        """Compact ``[b"", hi)``, everything expired: RocksDB frees a deleted range's bytes
+        only when compaction rewrites the files under it, and left to its own compactions
+        the store's bytes on disk climbed in a sawtooth whose troughs rose each time
+        (docs/benchmarks.md, the hourly-retention benchmark). The keys are time-first (by
+        segment for sessions), so the files under the range hold little else: one short
+        compaction per expiry step, which comes once per half retention of stream time."""
+        db = self._require_open()
+        with rocksdb_errors(self.path):
+            db.compact_range(b"", hi)
 
     def mark_emitted(self, close_bound: int) -> None:
         """Emit-final has emitted every window whose time (start; end for sessions) is
