@@ -23,4 +23,7 @@ BENCHMARK_NAMES = (
     "scale",
     "scans_ttl",
     "windowed",
+    "windowed_final",
+    "windowed_retention",
+    "windowed_restore",
 )

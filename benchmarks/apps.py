@@ -57,32 +57,48 @@ def count_and_sum_app() -> Topology:
 
 
 WINDOWED_OUTPUT = "amount-minutes"
+WINDOWED_STORE = "per-minute"  # the aggregation and its store
 WINDOW_GRACE_MS = 10_000
+HOURLY_RETENTION_MS = 3_600_000
 
 
 def add_amount(key: str, value: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
     return {"count": totals["count"] + 1, "sum": totals["sum"] + value["amount"]}
 
 
-def windowed_count_and_sum_app() -> Topology:
-    """Issue 22's workload: count and sum per key per tumbling minute of event time, every
-    update forwarded (one store read, one write and one output per record, as
-    :func:`count_and_sum_app`)."""
+def _per_minute(emit: str, retention_ms: int | None = None) -> Topology:
     return (
         Topology()
         .add_source("amounts-in", SUMS_INPUT, key_serde=STR, value_serde=JSON)
         .add_windowed_aggregation(
-            "per-minute",
+            WINDOWED_STORE,
             ["amounts-in"],
-            tumbling(60_000, grace_ms=WINDOW_GRACE_MS),
+            tumbling(60_000, grace_ms=WINDOW_GRACE_MS, retention_ms=retention_ms),
             initializer=lambda: {"count": 0, "sum": 0},
             aggregator=add_amount,
-            emit="update",
+            emit=emit,
             key_serde=STR,
             value_serde=JSON,
         )
-        .add_sink("minutes-out", WINDOWED_OUTPUT, ["per-minute"], WindowedSerde(STR), JSON)
+        .add_sink("minutes-out", WINDOWED_OUTPUT, [WINDOWED_STORE], WindowedSerde(STR), JSON)
     )
+
+
+def windowed_count_and_sum_app() -> Topology:
+    """Issue 22's workload: count and sum per key per tumbling minute of event time, every
+    update forwarded (one store read, one write and one output per record, as
+    :func:`count_and_sum_app`)."""
+    return _per_minute("update")
+
+
+def windowed_final_app() -> Topology:
+    """The same count and sum, each minute's result forwarded once, when it closes."""
+    return _per_minute("final")
+
+
+def windowed_hourly_app() -> Topology:
+    """The same count and sum on update, its windows kept for an hour (retention)."""
+    return _per_minute("update", retention_ms=HOURLY_RETENTION_MS)
 
 
 TTL_TOPIC = "ttl-input"

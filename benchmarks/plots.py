@@ -336,3 +336,36 @@ def churn(path: Path, title: str, rows: Sequence[tuple[float, float, float, floa
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
     ax.set_title(title)
     return _save(fig, path)
+
+
+def against(
+    path: Path,
+    title: str,
+    xlabel: str,
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    ylabel: str,
+    right: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    right_label: str = "",
+) -> Path:
+    """Lines with markers, y against x, one per series; ``right`` on a second y axis."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for label, points in series.items():
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label, lw=1.6)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if right:
+        other = ax.twinx()
+        for label, points in right.items():
+            xs, ys = [x for x, _ in points], [y for _, y in points]
+            other.plot(xs, ys, marker=".", ls="--", lw=1.2, color="grey", label=label)
+        other.set_ylabel(right_label)
+        other.set_ylim(bottom=0)
+        more = other.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels, loc="upper left", fontsize=8)
+    ax.set_title(title)
+    return _save(fig, path)

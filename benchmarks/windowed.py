@@ -158,5 +158,22 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
             table(["the processing thread's busy time (profiled run)", "share"], rows)
         )
         result.details.append(profiling.markdown(summary, "Profile"))
+        if result.rows[0].met is False:
+            result.details.append(_gap(rate, ceiling, shares))
         result.plots.append(plots.profile(plot_path(f"{NAME}-profile"), {"windowed": summary}))
     return result
+
+
+def _gap(rate: float, ceiling: float, shares: dict[str, float]) -> str:
+    """Why the target is missed, in numbers: the time per record against what the target
+    allows, and where the profiled run spent it."""
+    per_record, allowed = 1e6 / rate, 1e6 / (ceiling * TARGET)
+    spent = "; ".join(
+        f"{label} {share:.0%} ({share * per_record:.1f} us)" for label, share in shares.items()
+    )
+    return (
+        f"**Why the target is missed.** The worker spends {per_record:.1f} us per record, the "
+        f"ceiling {1e6 / ceiling:.2f} us; {TARGET:.0%} of the ceiling allows {allowed:.1f} us, "
+        f"{per_record - allowed:.1f} us less. Where the processing thread's busy time went in "
+        f"the profiled run, applied to the measured one: {spent}."
+    )

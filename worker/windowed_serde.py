@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from worker.serde import Serde, SerdeError
+from worker.serde import Serde, SerdeError, fast_serializer
 
 K = TypeVar("K")
 _BOUNDS = struct.Struct(">QQ")
@@ -49,8 +49,21 @@ class WindowedSerde:
     def __init__(self, inner: Serde) -> None:
         self.inner = inner
         self.name = f"windowed({inner.name})"
+        self._inner_encode = fast_serializer(inner)
 
     def serialize(self, value: Any) -> bytes | None:
+        if type(value) is Windowed:  # the per-record case, checked as the slow path does
+            start, end = value.start_ms, value.end_ms
+            if type(start) is int and type(end) is int and 0 <= start <= end <= _MAX:
+                try:
+                    key = self._inner_encode(value.key)
+                except Exception:
+                    key = None
+                if key is not None and value.key is not None:
+                    return key + _BOUNDS.pack(start, end)
+        return self._serialize(value)
+
+    def _serialize(self, value: Any) -> bytes | None:
         if value is None:
             return None
         if not isinstance(value, Windowed):

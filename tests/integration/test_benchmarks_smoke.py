@@ -104,6 +104,30 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
         "Windowed count and sum: tumbling minutes, emit on update",
         ["records/s, tumbling minutes, emit on update"],
     ),
+    "windowed_final": (
+        "Windowed count and sum: tumbling minutes, emit final",
+        [
+            "records/s, 20-minute span",
+            "final results/s, 20-minute span",
+            "peak RSS, most open windows against fewest",
+            "RocksDB on disk, most open windows against fewest",
+        ],
+    ),
+    "windowed_retention": (
+        "Windowed store with hourly retention over hours of event time",
+        [
+            "RocksDB on disk, later against the hour after the first retention period",
+            "changelog records held, later against the hour after the first retention period",
+        ],
+    ),
+    "windowed_restore": (
+        "Windowed store restores: the tail after kill -9, live windows from nothing",
+        [
+            "after kill -9: records restored against the changelog",
+            "cold restore: records written against the changelog",
+            "cold restore: windows in the stores against those inside retention before",
+        ],
+    ),
 }
 # Benchmarks whose report has no plot (a table of sizes says it all).
 PLOTLESS = {"scale"}

@@ -84,6 +84,21 @@ class KeyRange:
         return KeyRange(lo, hi)
 
 
+def _in_range(
+    buffer: Mapping[bytes, bytes | None], found: KeyRange
+) -> list[tuple[bytes, bytes | None]]:
+    """The buffered entries with a key in ``found``: ``KeyRange.__contains__`` with the
+    bounds compared inline (buffered keys are bytes), since a scan opened while the buffer
+    holds a whole commit interval's writes runs this over every one of them."""
+    lo, hi = found.lo, found.hi
+    items = buffer.items()
+    if lo is None:
+        return list(items) if hi is None else [e for e in items if e[0] < hi]
+    if hi is None:
+        return [e for e in items if e[0] >= lo]
+    return [e for e in items if lo <= e[0] < hi]
+
+
 def key_range(lo: bytes | None = None, hi: bytes | None = None) -> KeyRange:
     """``[lo, hi)``, checked.
 
@@ -168,7 +183,7 @@ class Scan:
         self._reverse = reverse
         self._remaining = check_limit(limit)
         self._on_close = on_close
-        buffered = sorted(((k, v) for k, v in buffer.items() if k in key_range), reverse=reverse)
+        buffered = sorted(_in_range(buffer, key_range), reverse=reverse)
         self._buffered = buffered
         self._next_buffered = 0
         self._cursor: Cursor | None = cursor

@@ -59,6 +59,7 @@ from worker.state.scan import KeyRange
 from worker.state.ttl import RESERVED_PREFIX
 
 _BE8 = struct.Struct(">Q")
+_PACK = _BE8.pack
 _WIDTH = _BE8.size
 MIN_SEGMENT_INTERVAL_MS = 60_000  # Kafka Streams' floor for segment intervals
 ESCAPE = b"\x00\xff"
@@ -121,7 +122,9 @@ def decode_meta(stored: bytes | None, default: int) -> int:
 
 
 def encode_value(max_ts_ms: int, aggregate: bytes) -> bytes:
-    return be8(max_ts_ms) + aggregate
+    if 0 <= max_ts_ms <= MAX_TIME_MS:  # be8's check inline: this runs per window write
+        return _PACK(max_ts_ms) + aggregate
+    return be8(max_ts_ms) + aggregate  # raises
 
 
 def decode_value(stored: bytes) -> tuple[int, bytes]:
@@ -133,7 +136,9 @@ def decode_value(stored: bytes) -> tuple[int, bytes]:
 
 
 def fixed_key(start_ms: int, key: bytes) -> bytes:
-    return be8(start_ms) + key
+    if 0 <= start_ms <= MAX_TIME_MS:  # be8's check inline, as encode_value
+        return _PACK(start_ms) + key
+    return be8(start_ms) + key  # raises
 
 
 def decode_fixed_key(stored_key: bytes) -> tuple[int, bytes]:

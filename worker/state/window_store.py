@@ -16,8 +16,8 @@ so a restart, a move or a restore judges retention as the writer did.
 Expired windows leave RocksDB by time range: when the expiry cutoff
 (``window_format.expiry_cutoff``: ``min(observed - retention, last_emitted_close)``, so an
 emit-final store never loses a window before it is emitted) gains a whole step of
-``segment_interval(retention)``, the store buffers one ``delete_range`` that the next
-commit applies first in its atomic batch, with the new ``EXPIRED_UPTO``. Never one delete
+``segment_interval(retention)``, the next commit applies one ``delete_range`` (up to the
+latest step) first in its atomic batch, with the new ``EXPIRED_UPTO``. Never one delete
 per key, and never a changelog tombstone: the changelog topic is ``compact,delete`` with
 time retention, so the broker drops old windows by itself.
 
@@ -25,7 +25,12 @@ time retention, so the broker drops old windows by itself.
 writing it at once; :meth:`write_restored` first advances the observed time (and the emit
 progress) to what the batch carries, then writes only the records still above the expiry
 cutoff, after the same range delete. A cold restore of a long changelog therefore ends
-with only the live windows on disk, and a standby stays as bounded as its active.
+with what its active held (the live windows, and those of the expiry step not reached
+yet), and a standby stays as bounded as its active. A batch judges its records by the
+observed time it carries, not by the changelog's last: a changelog in time order has few
+records expired within their own batch, so a cold restore writes most of what the broker
+still holds and deletes it by range as the observed time climbs (the windowed restore
+benchmark counts both).
 
 Owner thread only, as :class:`Store`; the ``committed_*`` reads of ``window_stores.py``
 may run on any thread (interactive queries), under the store's close lock.
@@ -38,7 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, Self, cast
 
+from worker.clock import MAX_TIME_MS
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.rocksdb_errors import rocksdb_errors
 from worker.state.scan import KeyRange, Scan, ScanRangeError, check_limit
 from worker.state.store import RestoreBatch, Store
 from worker.state.window_format import (
@@ -177,6 +184,8 @@ class WindowedStore(Store):
     restore_skipped: int  # restored records past the cutoff, not written
     expiry_ranges: int  # range deletes buffered
     _step_ms: int  # layout.interval_ms
+    _observed_unwritten: bool  # observed_ms rose since it was last buffered
+    _expiry_hi: bytes | None  # expiry's range delete [b"", hi) for the next commit
     events: WindowEvents
 
     @classmethod
@@ -203,6 +212,8 @@ class WindowedStore(Store):
 
     def _load_progress(self) -> None:
         self.observed_ms = decode_meta(self.get(OBSERVED_MS), -1)
+        self._observed_unwritten = False
+        self._expiry_hi = None
         emitted = self.get(LAST_EMITTED_CLOSE)
         if emitted is None and not self.layout.hold_until_emitted:
             self.last_emitted_close = None
@@ -223,13 +234,75 @@ class WindowedStore(Store):
 
     def advance(self, time_ms: int) -> None:
         """Raise the observed time to ``time_ms`` (a write's timestamp, or emit-final's
-        stream time); never lowers it. Buffers the new time and, when the cutoff gained
-        a step, the range delete of what expired."""
+        stream time); never lowers it. When the cutoff gained a step, buffers the range
+        delete of what expired.
+
+        The new time joins the buffer only when the buffer is read for a commit
+        (:meth:`pending`, :meth:`commit`, see :meth:`_settle`): it rises on almost every
+        record, and one buffered write of it per commit is all the changelog and RocksDB
+        get anyway (the buffer keeps a key's last write).
+
+        Raises:
+            ValueError: ``time_ms`` is past :data:`~worker.clock.MAX_TIME_MS`.
+        """
         if time_ms <= self.observed_ms:
             return
-        self.put(OBSERVED_MS, encode_meta(time_ms))  # first: it refuses an impossible time
+        if time_ms > MAX_TIME_MS:
+            encode_meta(time_ms)  # raises, naming the time
         self.observed_ms = time_ms
-        self._expire()
+        self._observed_unwritten = True
+        last_emitted = self.last_emitted_close
+        cutoff = time_ms - self.layout.retention_ms
+        if last_emitted is not None and last_emitted < cutoff:
+            cutoff = last_emitted
+        step = self._step_ms
+        if cutoff // step * step > self.expired_upto:  # plan_expiry's test, inline
+            self._expire()
+
+    def _settle(self) -> None:
+        """Buffer what waits for the commit: the observed time if it rose since it was
+        last buffered, and the range delete of what expired since the last commit.
+
+        The range waits because ``WriteBuffer.delete_range`` drops the buffered entries
+        in it, a pass over the whole buffer, and a commit interval may cover many expiry
+        steps when event time runs fast (a backlog): one range from the first key up to
+        the latest step does the work of them all. Until then readers skip the expired
+        windows by time, as they skip those still on disk."""
+        if self._observed_unwritten:
+            self._observed_unwritten = False
+            self.put(OBSERVED_MS, encode_meta(self.observed_ms))
+        if self._expiry_hi is not None:
+            hi, self._expiry_hi = self._expiry_hi, None
+            self.delete_range(b"", hi)
+
+    def pending(self) -> Mapping[bytes, bytes | None]:
+        self._settle()
+        return super().pending()
+
+    def pending_times(self) -> Mapping[bytes, int]:
+        self._settle()
+        return super().pending_times()
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
+        """:meth:`Store.commit`; when the batch held expiry's range delete, the expired
+        range is then compacted (:meth:`_compact_expired`)."""
+        self._settle()
+        ranges = self._buffer.ranges  # expiry's only: no other writer deletes by range
+        expired = max(hi for _lo, hi in ranges) if ranges else None
+        super().commit(offsets, stream_time)
+        if expired is not None:
+            self._compact_expired(expired)
+
+    def _compact_expired(self, hi: bytes) -> None:
+        """Compact ``[b"", hi)``, everything expired: RocksDB frees a deleted range's bytes
+        only when compaction rewrites the files under it, and left to its own compactions
+        the store's bytes on disk climbed in a sawtooth whose troughs rose each time
+        (docs/benchmarks.md, the hourly-retention benchmark). The keys are time-first (by
+        segment for sessions), so the files under the range hold little else: one short
+        compaction per expiry step, which comes once per half retention of stream time."""
+        db = self._require_open()
+        with rocksdb_errors(self.path):
+            db.compact_range(b"", hi)
 
     def mark_emitted(self, close_bound: int) -> None:
         """Emit-final has emitted every window whose time (start; end for sessions) is
@@ -257,8 +330,8 @@ class WindowedStore(Store):
         )
         if plan is None:
             return
-        assert plan.range.lo is not None and plan.range.hi is not None
-        self.delete_range(plan.range.lo, plan.range.hi)
+        assert plan.range.lo == b"" and plan.range.hi is not None
+        self._expiry_hi = plan.range.hi  # buffered at the next commit (_settle)
         self.expired_upto = plan.expired_upto
         self.put(EXPIRED_UPTO, encode_meta(plan.expired_upto))
         self.expiry_ranges += 1

@@ -216,3 +216,43 @@ def test_a_range_delete_goes_first_in_the_commit_batch(tmp_path: Path, env: Rock
         assert store.get(b"b") is None
     finally:
         store.close()
+
+
+def test_a_read_for_update_finds_windows_committed_restored_or_on_disk_at_open(
+    tmp_path: Path, env: RocksDBEnv
+) -> None:
+    """``stored_window`` skips RocksDB for windows newer than every start on disk: each
+    way a window reaches the disk raises that bound."""
+    store = FixedWindowStore.open_windowed(tmp_path / "w", env, "w", TUMBLING)
+    key = FixedWindowStore.window_key
+    assert store.stored_window(key(0, b"a"), 0) is None
+    store.put_stored(key(0, b"a"), 0, 5, b"1", 5)
+    store.commit({TP: 0})
+    assert store.stored_window(key(0, b"a"), 0) == FixedWindowStore.window_key(5, b"1")
+    restore_pairs(store, [(key(MINUTE, b"b"), key(MINUTE + 1, b"2"))], {TP: 1})
+    assert store.stored_window(key(MINUTE, b"b"), MINUTE) == key(MINUTE + 1, b"2")
+    store.close()
+    again = FixedWindowStore.open_windowed(tmp_path / "w", env, "w", TUMBLING)
+    assert again.stored_window(key(MINUTE, b"b"), MINUTE) == key(MINUTE + 1, b"2")
+    assert again.stored_window(key(2 * MINUTE, b"b"), 2 * MINUTE) is None
+    again.close()
+
+
+def test_the_commit_of_an_expiry_compacts_the_expired_files_away(
+    windows: FixedWindowStore,
+) -> None:
+    for minute in range(3):
+        for key in range(50):
+            windows.put_window(b"k%d" % key, minute * MINUTE, b"v" * 100, minute * MINUTE)
+        windows.commit({TP: minute})
+        windows.flush()  # a file per minute, as RocksDB would have after a while
+    windows.put_window(b"z", 6 * MINUTE, b"v", 6 * MINUTE)  # cutoff 4 min: all three go
+    windows.commit({TP: 3})
+    db = windows._require_open()
+    windows_files = [f for f in db.live_files() if f["start_key"][:1] == b"\x00"]  # times
+    assert windows_files == [] or min(f["start_key"] for f in windows_files) >= (
+        6 * MINUTE
+    ).to_bytes(8, "big")
+    assert [k for k, _ in windows.iter_committed() if k[0] != 0xFF] == [
+        (6 * MINUTE).to_bytes(8, "big") + b"z"
+    ]
