@@ -273,7 +273,7 @@ class Store(Scannable):
         changed = self._changed(offsets)
         if stream_time > self._offsets.get(STREAM_TIME, -1):
             changed[STREAM_TIME] = stream_time
-        if not self._buffer and not changed:
+        if not self._has_local_writes() and not changed:
             return
         self._write(self._buffer.entries.items(), changed, self._wal_on)
         if self._buffer.ranges:
@@ -281,6 +281,12 @@ class Store(Scannable):
         if self._buffer:
             self._cache.add_committed(self._buffer.entries, self._buffer.size_bytes)
         self._buffer.clear()  # not discard_pending: a subclass may keep more (ttl_store.py)
+
+    def _has_local_writes(self) -> bool:
+        """Whether a commit has anything of this store's to write besides offsets; a
+        subclass with writes of its own beside the buffer says so (ttl_store.py: a sweep
+        may delete only index entries)."""
+        return bool(self._buffer)
 
     def restore_batch(self) -> RestoreBatch:
         """An empty batch of restored records for :meth:`write_restored`.

@@ -190,6 +190,9 @@ class TtlStore(Store):
         super()._write(chain(records, self._index.items()), offsets, options)
         self._index.clear()
 
+    def _has_local_writes(self) -> bool:
+        return super()._has_local_writes() or bool(self._index)
+
     def discard_pending(self) -> None:
         super().discard_pending()
         self._index.clear()

@@ -88,6 +88,20 @@ def test_a_sweep_deletes_expired_keys_in_the_buffer_and_their_index_locally(
     assert store.get_at(b"k0", 125) == b"again"
 
 
+def test_a_sweep_that_finds_only_stale_entries_still_commits_their_deletes(
+    store: TtlStore,
+) -> None:
+    store.put_at(b"k", b"v", write_ms=0)
+    store.put_at(b"k", b"again", write_ms=10)  # the first entry (100) is stale
+    store.commit({})
+
+    swept = store.sweep(now_ms=100)
+    store.commit({})  # nothing for the changelog, only the index entry to delete
+
+    assert (swept.evicted, swept.examined) == (0, 1)
+    assert index_of(store) == [(110, b"k")]
+
+
 def test_a_sweep_is_bounded_by_its_budget_and_reports_the_backlog(store: TtlStore) -> None:
     keys = ttl.MIN_SWEEP_BUDGET + 10
     for n in range(keys):
