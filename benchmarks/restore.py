@@ -222,7 +222,9 @@ BATCHES = "building the batches (`topic()`, `partition()`, `key()`, `value()`, `
 FINISH = "finishing (flushing memtables in the background, starting the restored tasks)"
 LOOP = "everything else (the loop: group poll, metrics; opening the stores)"
 CATEGORIES = [
-    profiling.Category(FINISH, under=("ChangelogReader._finish_completed", "Tasks._start_processing")),
+    profiling.Category(
+        FINISH, under=("ChangelogReader._finish_completed", "Tasks._start_processing")
+    ),
     profiling.Category(FETCHING, leaf_functions=("RestoreConsumer.fetch",)),
     profiling.Category(WRITES, leaf_functions=("Store.write_restored", "Store._put_offsets")),
     profiling.Category(BATCHES, under=("ChangelogReader._apply",)),
