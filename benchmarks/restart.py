@@ -26,16 +26,12 @@ state, flat as the state grows.
 
 from __future__ import annotations
 
-import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import confluent_kafka as ck
 
 from benchmarks import plots
 from benchmarks.apps import MEMORY_TOPIC
@@ -50,8 +46,16 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.kafka_io import bulk_producer, create_topics, produce, raw_consumer
+from benchmarks.kafka_io import create_topics
 from benchmarks.log_events import log_time, starts_join
+from benchmarks.restart_feed import (
+    PARTITIONS,
+    PROCESSED,
+    VALUE,
+    Committed,
+    Input,
+    kill_while_processing,
+)
 from benchmarks.results import PlotPath, Result, Row, Target, table
 from worker.dev.processes import WorkerProcess
 from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
@@ -59,12 +63,9 @@ from worker.events import MEMBERSHIP_ASSIGNED, RESTORE_DONE
 NAME = "restart"
 TITLE = "Restart over local state"
 APP = "benchmarks.apps:memory_app"
-VALUE = 1024
-PARTITIONS = 4
 BACKLOG = 200  # records waiting for every measured launch
 TARGET_SECONDS = 5.0
 MiB = 1024**2
-PROCESSED = "worker_processed_records_total"
 CASES = ("clean stop", "kill -9", "cold restore")
 
 
@@ -105,42 +106,6 @@ class Step:
     launches: dict[str, Launch]
 
 
-class _Input:
-    """The app's input topic: distinct keys, random 1 KiB values, ends tracked per partition."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.keys = 0
-        self.ends: dict[int, int] = {}
-        self._producer = bulk_producer(bootstrap)
-
-    def add(self, count: int) -> None:
-        while count > 0:
-            chunk = min(count, 50_000)
-            records = [
-                (f"k{i:012d}".encode(), os.urandom(VALUE))
-                for i in range(self.keys, self.keys + chunk)
-            ]
-            produce(self.bootstrap, MEMORY_TOPIC, records, self._producer, next_offsets=self.ends)
-            self.keys += chunk
-            count -= chunk
-
-
-class _Committed:
-    """Reads the application's committed input offsets (no group join: offset fetch only)."""
-
-    def __init__(self, bootstrap: str, group: str) -> None:
-        self._consumer = raw_consumer(bootstrap, group)
-
-    def caught_up(self, ends: dict[int, int]) -> bool:
-        parts = [ck.TopicPartition(MEMORY_TOPIC, p) for p in range(PARTITIONS)]
-        committed = {tp.partition: tp.offset for tp in self._consumer.committed(parts, 10)}
-        return all(committed.get(p, -1) >= end for p, end in ends.items())
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
 @dataclass(frozen=True)
 class Measured:
     """Every step, smallest state first."""
@@ -165,8 +130,8 @@ def measure(ctx: RunContext, params: Params) -> Measured:
             "num.standby.replicas": 0,
         },
     )
-    feed = _Input(bootstrap)
-    committed = _Committed(bootstrap, application_id)
+    feed = Input(bootstrap)
+    committed = Committed(bootstrap, application_id)
     try:
         steps = _steps(ctx, params, settings, feed, committed)
     finally:
@@ -178,8 +143,8 @@ def _steps(
     ctx: RunContext,
     params: Params,
     settings: dict[str, object],
-    feed: _Input,
-    committed: _Committed,
+    feed: Input,
+    committed: Committed,
 ) -> list[Step]:
     """Grow, then time the three launches, at every size; the cold worker grows the next."""
     grower = start_worker(ctx, "build", settings, APP)
@@ -197,7 +162,7 @@ def _steps(
         launches: dict[str, Launch] = {}
 
         clean, launches["clean stop"] = _launch(ctx, f"clean-{i}", settings, state_dir, feed)
-        killed_after = _kill_while_processing(clean, feed, params.kill_backlog)
+        killed_after = kill_while_processing(clean, feed, params.kill_backlog)
         killed, launches["kill -9"] = _launch(ctx, f"kill-{i}", settings, state_dir, feed)
         _drain(killed, feed, committed, "the killed worker's backlog processed")
         stop_worker(killed, timeout=120)
@@ -209,7 +174,7 @@ def _steps(
     return steps
 
 
-def _drain(worker: WorkerProcess, feed: _Input, committed: _Committed, what: str) -> None:
+def _drain(worker: WorkerProcess, feed: Input, committed: Committed, what: str) -> None:
     wait_for(lambda: committed.caught_up(feed.ends), 900, what, interval=0.5, alive=[worker])
 
 
@@ -218,7 +183,7 @@ def _launch(
     name: str,
     settings: dict[str, object],
     state_dir: Path | None,
-    feed: _Input,
+    feed: Input,
 ) -> tuple[WorkerProcess, Launch]:
     """Launch a worker with ``BACKLOG`` records waiting and time it (see the module doc).
 
@@ -281,44 +246,6 @@ def _breakdown(
         restore_seconds=max((float(e["seconds"]) for e in dones), default=0.0),
         assignments=sum(1 for e in events if e.get("event") == MEMBERSHIP_ASSIGNED),
     )
-
-
-def _kill_while_processing(worker: WorkerProcess, feed: _Input, count: int) -> int:
-    """Feed up to ``count`` records as a stream (twenty chunks, 50 ms apart, so the worker
-    gets them over several fetches rather than in one) and SIGKILL the worker (by PID) once
-    it has processed half of them; returns how many of them it had processed. Chunks not
-    yet produced by then are never produced."""
-    before = worker.metric(PROCESSED)
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def stream() -> None:
-        try:
-            for _ in range(20):
-                feed.add(count // 20)
-                if stop.wait(0.05):
-                    return
-        except BaseException as exc:  # re-raised on the benchmark's thread below
-            failure.append(exc)
-
-    producer = threading.Thread(target=stream, name="kill-backlog", daemon=True)
-    producer.start()
-    try:
-        wait_for(
-            lambda: metric_or_zero(worker, PROCESSED) >= before + count // 2,
-            120,
-            f"{worker.name} processing the stream it is killed in",
-            interval=0.01,
-            alive=[worker],
-        )
-        processed = metric_or_zero(worker, PROCESSED) - before
-        worker.kill()
-    finally:
-        stop.set()
-        producer.join(120)
-    if failure:
-        raise failure[0]
-    return int(processed)
 
 
 def _dir_bytes(path: Path) -> int:

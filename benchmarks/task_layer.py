@@ -32,7 +32,7 @@ from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.tasks.parts import TaskParts, build_task_parts
-from worker.tasks.task import TaskContext
+from worker.tasks.task_context import TaskContext
 
 
 class OffsetBook:

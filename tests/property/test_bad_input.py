@@ -37,7 +37,7 @@ from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store
 from worker.tasks.state import TaskState
-from worker.tasks.task import TaskContext
+from worker.tasks.task_context import TaskContext
 
 APP = "fuzz"
 PARTITIONS = 2

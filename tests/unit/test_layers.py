@@ -33,6 +33,7 @@ PACKAGES += ("spark", "state", "tasks", "tools")
 # The top-level modules every layer may use; they import none of the packages.
 FOUNDATION = (
     "clock",
+    "closing",
     "config",
     "endpoint",
     "errors",

@@ -28,11 +28,11 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.closing import Closing
 from worker.events import WORKER_STARTING
 
 Labels = dict[str, str]
@@ -84,7 +84,7 @@ def _text(what: str | Callable[[], str]) -> str:
     return what if isinstance(what, str) else what()
 
 
-class WorkerProcess:
+class WorkerProcess(Closing):
     """One worker process started as ``python -m worker start --state-dir DIR --set k=v ...``.
 
     Not thread-safe. Every method that signals or waits acts on the PID started last by
@@ -224,18 +224,10 @@ class WorkerProcess:
             self.kill()
         self._close_log()
 
-    def __enter__(self) -> WorkerProcess:
+    def __enter__(self) -> Self:
         if self._proc is None:
             self.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- HTTP ----------------------------------------------------------------------------
 

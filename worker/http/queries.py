@@ -156,11 +156,17 @@ class QueryRouter:
         except BadKey as exc:
             return Reply(400, {"error": f"bad key for store {store!r}: {exc}", "store": store})
         query = _Query(store, spec, subtopology, key, key_text, allow_stale, path)
+        return self.answer_retrying(query, functools.partial(self._answer, query))
+
+    def answer_retrying(self, query: Routed, answer: Callable[[Status], Reply | None]) -> Reply:
+        """``answer`` on the latest snapshot; None (a store closed under us) earns one more
+        try on a newer snapshot, then a 503. Shared by key, range and window queries so
+        the one-retry rule of the module doc lives in one place."""
         status = self._status()
-        reply = self._answer(query, status)
-        if reply is None:  # the store closed under us: one more try on a newer snapshot
+        reply = answer(status)
+        if reply is None:
             newer = self._status()
-            reply = self._answer(query, newer) if newer is not status else None
+            reply = answer(newer) if newer is not status else None
         return reply or unavailable(query, "the store was closed (task closing or moving)")
 
     def _answer(self, query: _Query, status: Status) -> Reply | None:
@@ -200,6 +206,24 @@ class QueryRouter:
     def routing(self, status: Status) -> Routing:
         """The snapshot's routing, its host maps fetched from the directory when needed."""
         return self._directory.resolve(status.routing)
+
+    def split_partitions(
+        self, subtopology: Subtopology, tasks: int, status: Status
+    ) -> tuple[list[tuple[TaskId, TaskStatus]], dict[str, str | None]]:
+        """The sub-topology's tasks whose active runs here, and the others' active hosts
+        by partition (None when unassigned). Range and window queries without a
+        partition answer from the first and name the second in ``elsewhere``."""
+        here: list[tuple[TaskId, TaskStatus]] = []
+        away: list[TaskId] = []
+        for partition in range(tasks):
+            task_id = TaskId(subtopology.id, partition)
+            local = status.task(task_id)
+            if local is not None and local.kind == "active" and local.state == "running":
+                here.append((task_id, local))
+            else:
+                away.append(task_id)
+        routing = self.routing(status) if away else status.routing
+        return here, {str(t.partition): routing.active_host(t) for t in away}
 
     # -- GET /tasks ------------------------------------------------------------------
 

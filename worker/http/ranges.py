@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from worker.assignment.task_id import TaskId
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
@@ -42,6 +42,7 @@ from worker.http.queries import (
     TASK_HEADER,
     QueryRouter,
     Reply,
+    Routed,
     store_of,
     unavailable,
 )
@@ -87,21 +88,13 @@ class RangeQueries:
     def get(self, store: str, kind: str, params: Mapping[str, str], path: str) -> Reply:
         """Answer ``GET /stores/{store}/{kind}`` (``kind``: range or prefix); ``params``
         are the query parameters (the last of each), ``path`` the raw path and query."""
-        found = self._router.find(store)
-        if found is None:
-            names = self._router.store_names
-            return Reply(404, {"error": f"unknown store {store!r}", "stores": names})
-        subtopology, spec = found
-        try:
-            query = parse(store, spec, subtopology, kind, params, path)
-        except (BadRequest, ScanRangeError) as exc:
-            return Reply(400, {"error": f"{kind} query on store {store!r}: {exc}", "store": store})
-        status = self._router.snapshot()
-        reply = self._answer(query, status)
-        if reply is None:  # a store closed under us: one more try on a newer snapshot
-            newer = self._router.snapshot()
-            reply = self._answer(query, newer) if newer is not status else None
-        return reply or unavailable(query, "the store was closed (task closing or moving)")
+        return answer_parsed(
+            self._router,
+            store,
+            kind,
+            lambda subtopology, spec: parse(store, spec, subtopology, kind, params, path),
+            self._answer,
+        )
 
     def _answer(self, query: RangeQuery, status: Status) -> Reply | None:
         tasks = status.routing.partitions.get(query.subtopology.id)
@@ -112,18 +105,32 @@ class RangeQueries:
                 return Reply(400, {"error": f"partition {query.partition} >= {tasks} partitions"})
             task_id = TaskId(query.subtopology.id, query.partition)
             return self._router.route(query, task_id, status, functools.partial(_read_one, query))
-        here: list[tuple[TaskId, TaskStatus]] = []
-        away: list[TaskId] = []
-        for partition in range(tasks):
-            task_id = TaskId(query.subtopology.id, partition)
-            local = status.task(task_id)
-            if local is not None and local.kind == "active" and local.state == "running":
-                here.append((task_id, local))
-            else:
-                away.append(task_id)
-        routing = self._router.routing(status) if away else status.routing
-        elsewhere = {str(t.partition): routing.active_host(t) for t in away}
+        here, elsewhere = self._router.split_partitions(query.subtopology, tasks, status)
         return _read_merged(query, here, elsewhere)
+
+
+Q = TypeVar("Q", bound=Routed)
+
+
+def answer_parsed(
+    router: QueryRouter,
+    store: str,
+    kind: str,
+    parse_query: Callable[[Subtopology, StoreSpec], Q],
+    answer: Callable[[Q, Status], Reply | None],
+) -> Reply:
+    """Answer a scanning query (range, prefix, windows, sessions): 404 for an unknown
+    store, 400 for a request ``parse_query`` rejects, else ``answer`` with the router's
+    one retry. Shared so every scanning query maps its errors the same way."""
+    found = router.find(store)
+    if found is None:
+        return Reply(404, {"error": f"unknown store {store!r}", "stores": router.store_names})
+    subtopology, spec = found
+    try:
+        query = parse_query(subtopology, spec)
+    except (BadRequest, ScanRangeError) as exc:
+        return Reply(400, {"error": f"{kind} query on store {store!r}: {exc}", "store": store})
+    return router.answer_retrying(query, functools.partial(answer, query))
 
 
 def parse(

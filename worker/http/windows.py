@@ -41,12 +41,12 @@ from worker.assignment.task_id import TaskId
 from worker.clock import MAX_TIME_MS
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.http.queries import TASK_HEADER, QueryRouter, Reply, store_of, unavailable
-from worker.http.ranges import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, flag
+from worker.http.ranges import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, answer_parsed, flag
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
 from worker.serde import SerdeError
-from worker.state.scan import ScanRangeError, check_limit
+from worker.state.scan import check_limit
 from worker.state.store import StoreClosedError
 from worker.state.window_store import StoredWindow
 from worker.state.window_stores import FixedWindowStore, SessionStore
@@ -85,21 +85,13 @@ class WindowQueries:
     def get(self, store: str, kind: str, params: Mapping[str, str], path: str) -> Reply:
         """Answer ``GET /stores/{store}/{kind}`` (windows or sessions); ``params`` are the
         query parameters (the last of each), ``path`` the raw path and query."""
-        found = self._router.find(store)
-        if found is None:
-            names = self._router.store_names
-            return Reply(404, {"error": f"unknown store {store!r}", "stores": names})
-        subtopology, spec = found
-        try:
-            query = parse(store, kind, spec, subtopology, params, path)
-        except (BadRequest, ScanRangeError) as exc:
-            return Reply(400, {"error": f"{kind} query on store {store!r}: {exc}", "store": store})
-        status = self._router.snapshot()
-        reply = self._answer(query, status)
-        if reply is None:  # a store closed under us: one more try on a newer snapshot
-            newer = self._router.snapshot()
-            reply = self._answer(query, newer) if newer is not status else None
-        return reply or unavailable(query, "the store was closed (task closing or moving)")
+        return answer_parsed(
+            self._router,
+            store,
+            kind,
+            lambda subtopology, spec: parse(store, kind, spec, subtopology, params, path),
+            self._answer,
+        )
 
     def _answer(self, query: WindowQuery, status: Status) -> Reply | None:
         tasks = status.routing.partitions.get(query.subtopology.id)
@@ -115,17 +107,7 @@ class WindowQueries:
                 return Reply(400, {"error": f"partition {query.partition} >= {tasks} partitions"})
             task_id = TaskId(query.subtopology.id, query.partition)
             return self._router.route(query, task_id, status, read)
-        here: list[tuple[TaskId, TaskStatus]] = []
-        away: list[TaskId] = []
-        for partition in range(tasks):
-            task_id = TaskId(query.subtopology.id, partition)
-            local = status.task(task_id)
-            if local is not None and local.kind == "active" and local.state == "running":
-                here.append((task_id, local))
-            else:
-                away.append(task_id)
-        routing = self._router.routing(status) if away else status.routing
-        elsewhere = {str(t.partition): routing.active_host(t) for t in away}
+        here, elsewhere = self._router.split_partitions(query.subtopology, tasks, status)
         return _read_merged(query, here, elsewhere)
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
 from worker.processing.aggregations import WindowedAggregation
+from worker.processing.components import Components
 from worker.processing.windows import (
     SessionWindows,
     SlidingWindows,
@@ -360,7 +361,7 @@ class Topology:
             raise TopologyError(
                 f"stores {unused} are used by no processor (list them in add_processor(stores=...))"
             )
-        groups = _Components(self._order)
+        groups = Components(self._order)
         for node in self._downstream_nodes():
             for parent in node.parents:
                 groups.union(node.name, parent)
@@ -396,31 +397,3 @@ class Topology:
             stores=tuple(s for n, s in self._stores.items() if n in store_names),
             children={k: tuple(v) for k, v in children.items()},
         )
-
-
-class _Components:
-    """Union-find over node names, keeping the insertion order of each group's first node."""
-
-    def __init__(self, order: list[str]) -> None:
-        self._order = list(order)
-        self._parent: dict[str, str] = {name: name for name in order}
-
-    def _find(self, name: str) -> str:
-        self._parent.setdefault(name, name)
-        while self._parent[name] != name:
-            self._parent[name] = self._parent[self._parent[name]]
-            name = self._parent[name]
-        return name
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self._find(a), self._find(b)
-        if ra != rb:
-            self._parent[rb] = ra
-
-    def groups(self) -> list[list[str]]:
-        by_root: dict[str, list[str]] = {}
-        for name in list(self._parent):
-            by_root.setdefault(self._find(name), []).append(name)
-        rank = {name: i for i, name in enumerate(self._order)}
-        ordered = sorted(by_root.values(), key=lambda g: min(rank.get(n, len(rank)) for n in g))
-        return [g for g in ordered if any(n in rank for n in g)]

@@ -12,9 +12,9 @@ key starting with ``acct-`` (``"acct-1"``, ``"acct-22"``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import Any, Protocol
 
+from worker.closing import Closing
 from worker.serde import Codec, SerdeError
 
 
@@ -28,7 +28,7 @@ class RawScan(Protocol):
     def close(self) -> None: ...
 
 
-class ViewScan:
+class ViewScan(Closing):
     """An iterator of ``(key, value)`` Python objects over a store's scan.
 
     Use it in a ``with`` block or exhaust it: until closed it holds a RocksDB iterator
@@ -53,17 +53,6 @@ class ViewScan:
     def close(self) -> None:
         """Release the store's iterator now. Idempotent."""
         self._raw.close()
-
-    def __enter__(self) -> ViewScan:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def prefix_bytes(keys: Codec, prefix: Any) -> bytes:

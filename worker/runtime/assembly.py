@@ -43,7 +43,8 @@ from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.tasks.parts import TaskParts, build_task_parts
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 # How often the running worker checks that its topics still exist as at start-up.
 TOPIC_CHECK_SECONDS = 10.0

@@ -75,3 +75,50 @@ def flush_data_family(db: rocksdict.Rdict, path: Path, wait: bool) -> bool:
         _log.warning("store.flush_failed", path=str(path), error=str(exc))
         return False
     return True
+
+
+class Flushable:
+    """The flushes of :class:`~worker.state.store.Store`, which provides the attributes
+    below (kept here, like the scans in ``store_scans.py``, beside the functions they
+    call)."""
+
+    path: Path
+    _db: rocksdict.Rdict | None
+
+    def _require_open(self) -> rocksdict.Rdict:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Flush the memtables of both column families to disk in one atomic flush.
+
+        Worth calling when a store goes quiet: the shared write buffer manager only flushes
+        stores that are being written, so an idle store keeps its memtable until flushed.
+        """
+        flush_atomically(self._require_open(), self.path)
+
+    def flush_in_background(self) -> None:
+        """Start flushing the data family's memtable and return without waiting.
+
+        For a store that just finished restoring: its memtable is released without holding
+        up the task that waits to process. Flushing the data family alone is safe because
+        every write went through the WAL: a crash at any point recovers the rest from it.
+        """
+        db = self._require_open()
+        with rocksdb_errors(self.path):
+            db.flush(wait=False)
+
+    def memtable_bytes(self) -> int:
+        """Bytes of the data family's memtables, those waiting to be flushed included (for
+        ``RocksDBEnv.store_written``; the offsets family's memtable is a few KiB)."""
+        return memtable_bytes(self._require_open(), self.path)
+
+    def flush_memtable(self, wait: bool) -> bool:
+        """Flush the data family's memtables (``RocksDBEnv.store_written`` calls it, on the
+        owner thread, when the memtables of all stores grow past their budget).
+
+        ``wait`` and the result: see :func:`~worker.state.memtables.flush_data_family`.
+        Never raises (a failure is logged and met at this store's next write); False on
+        a closed store.
+        """
+        db = self._db
+        return db is not None and flush_data_family(db, self.path, wait)

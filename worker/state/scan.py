@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Protocol
 
+from worker.closing import Closing
 from worker.errors import WorkerError
 
 
@@ -153,7 +153,7 @@ def check_limit(limit: int | None, maximum: int | None = None) -> int | None:
     return limit
 
 
-class Scan:
+class Scan(Closing):
     """An iterator of ``(key, value)`` over a range, buffer merged with RocksDB.
 
     A context manager: leaving the ``with`` (or :meth:`close`) releases the cursor at once,
@@ -287,14 +287,3 @@ class Scan:
     @property
     def closed(self) -> bool:
         return self._cursor is None
-
-    def __enter__(self) -> Scan:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -31,12 +31,7 @@ from typing import Final, Protocol, Self, cast
 import rocksdict
 
 from worker.observability import get_logger
-from worker.state.memtables import (
-    flush_atomically,
-    flush_data_family,
-    memtable_bytes,
-    remove_scratch,
-)
+from worker.state.memtables import Flushable, remove_scratch
 from worker.state.read_cache import ReadCache
 from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import RocksDBEnv
@@ -81,7 +76,7 @@ class RestoreBatch(Protocol):
     def is_empty(self) -> bool: ...
 
 
-class Store(Scannable):
+class Store(Scannable, Flushable):
     """A RocksDB store with a read-your-writes buffer and atomic (data, offsets) commits.
 
     Lifecycle: :meth:`open` -> put/delete/get ... commit ... -> :meth:`close`. ``close``
@@ -270,9 +265,7 @@ class Store(Scannable):
         """
         self._require_open()
         self._scans.close_all()
-        changed = self._changed(offsets)
-        if stream_time > self._offsets.get(STREAM_TIME, -1):
-            changed[STREAM_TIME] = stream_time
+        changed = self._changed(offsets, stream_time)
         if not self._has_local_writes() and not changed:
             return
         self._write(self._buffer.entries.items(), changed, self._wal_on)
@@ -319,9 +312,7 @@ class Store(Scannable):
             raise StoreError(
                 f"store {self.path}: {len(self._buffer)} uncommitted writes buffered during restore"
             )
-        changed = self._changed(offsets)
-        if stream_time > self._offsets.get(STREAM_TIME, -1):
-            changed[STREAM_TIME] = stream_time
+        changed = self._changed(offsets, stream_time)
         if batch.is_empty() and not changed:
             return
         writes = cast(rocksdict.WriteBatch, batch)
@@ -332,46 +323,18 @@ class Store(Scannable):
         self._cache.clear()  # the batch's keys are not listed anywhere else
         self._env.store_written()
 
-    def flush(self) -> None:
-        """Flush the memtables of both column families to disk in one atomic flush.
-
-        Worth calling when a store goes quiet: the shared write buffer manager only flushes
-        stores that are being written, so an idle store keeps its memtable until flushed.
-        """
-        flush_atomically(self._require_open(), self.path)
-
-    def flush_in_background(self) -> None:
-        """Start flushing the data family's memtable and return without waiting.
-
-        For a store that just finished restoring: its memtable is released without holding
-        up the task that waits to process. Flushing the data family alone is safe because
-        every write went through the WAL: a crash at any point recovers the rest from it.
-        """
-        db = self._require_open()
-        with rocksdb_errors(self.path):
-            db.flush(wait=False)
-
-    def memtable_bytes(self) -> int:
-        """Bytes of the data family's memtables, those waiting to be flushed included (for
-        ``RocksDBEnv.store_written``; the offsets family's memtable is a few KiB)."""
-        return memtable_bytes(self._require_open(), self.path)
-
-    def flush_memtable(self, wait: bool) -> bool:
-        """Flush the data family's memtables (``RocksDBEnv.store_written`` calls it, on the
-        owner thread, when the memtables of all stores grow past their budget).
-
-        ``wait`` and the result: see :func:`~worker.state.memtables.flush_data_family`.
-        Never raises (a failure is logged and met at this store's next write); False on
-        a closed store.
-        """
-        db = self._db
-        return db is not None and flush_data_family(db, self.path, wait)
-
-    def _changed(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    def _changed(
+        self, offsets: Mapping[tuple[str, int], int], stream_time: int
+    ) -> dict[tuple[str, int], int]:
+        """What a commit or restored batch must write: the offsets that moved, and the
+        stream time when it advanced. Raises ValueError for an invalid offset."""
         for (topic, partition), offset in offsets.items():
             if offset < 0 or " " in topic:
                 raise ValueError(f"invalid changelog offset {topic} {partition} {offset}")
-        return {tp: o for tp, o in offsets.items() if self._offsets.get(tp) != o}
+        changed = {tp: o for tp, o in offsets.items() if self._offsets.get(tp) != o}
+        if stream_time > self._offsets.get(STREAM_TIME, -1):
+            changed[STREAM_TIME] = stream_time
+        return changed
 
     def _write(
         self,

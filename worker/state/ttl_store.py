@@ -25,9 +25,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from worker.closing import Closing
 from worker.state import ttl
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.scan import (
@@ -235,7 +235,7 @@ class TtlStore(Store):
             found = KeyRange(found.lo, last) if reverse else KeyRange(successor(last), found.hi)
 
 
-class LiveScan:
+class LiveScan(Closing):
     """A scan of a TTL store as its user sees it: expired keys skipped, values without
     their expiry, at most ``limit`` pairs. Closes like the :class:`Scan` it wraps."""
 
@@ -261,17 +261,6 @@ class LiveScan:
 
     def close(self) -> None:
         self._scan.close()
-
-    def __enter__(self) -> LiveScan:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class IndexingBatch:

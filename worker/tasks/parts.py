@@ -21,7 +21,8 @@ from worker.tasks.healing import TaskHealer
 from worker.tasks.manager import TaskManager
 from worker.tasks.registry import Tasks
 from worker.tasks.router import RecordRouter
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 
 @dataclass(frozen=True)

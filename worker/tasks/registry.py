@@ -18,7 +18,8 @@ from worker.state.release_marker import ReleaseMarker
 from worker.state.restore import ChangelogReader
 from worker.tasks.commit_protocols import GroupOffsets
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 
 class Tasks:

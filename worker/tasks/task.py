@@ -12,46 +12,26 @@ and resumes from, by :mod:`worker.tasks.stream_time`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from worker.assignment.task_id import TP, TaskId
-from worker.clock import Clock
-from worker.config import Settings
 from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
 from worker.events import TASK_WIPED
-from worker.kafka.collector import RecordCollector
 from worker.lifecycle import IllegalTransition
-from worker.observability import Metrics, get_logger
+from worker.observability import get_logger
 from worker.processing.graph import TaskGraph
 from worker.processing.punctuators import TaskPunctuators
 from worker.processing.topology import StoreSpec, Subtopology
-from worker.state.directory import StateDirectory
-from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.tasks.active_graph import build_active_graph
 from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint
-from worker.tasks.corruption import CorruptionReports
 from worker.tasks.failures import ProcessingFailures, RunFailed
 from worker.tasks.state import TaskRole, TaskState, task_lifecycle
 from worker.tasks.stores import open_store
 from worker.tasks.stream_time import CommittedStreamTime
+from worker.tasks.task_context import TaskContext
 from worker.tasks.ttl_sweeps import sweep_expired
-
-
-@dataclass(frozen=True)
-class TaskContext:
-    """What every task of one worker shares (created once by the worker)."""
-
-    settings: Settings
-    state_dir: StateDirectory
-    env: RocksDBEnv
-    collector: RecordCollector
-    metrics: Metrics
-    clock: Clock
-    # Corruption found at run time, for the healer (worker/tasks/healing.py).
-    corruption: CorruptionReports = field(default_factory=CorruptionReports)
 
 
 class Task:

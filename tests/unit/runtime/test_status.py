@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import deque
+import functools
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from tests.support import lifecycles
 from worker.errors import WorkerError
 from worker.events import WORKER_TRANSITION
 from worker.lifecycle import StateMachine
@@ -29,30 +30,9 @@ FORBIDDEN_MOVES = [
 ]
 
 
-def path_to(target: WorkerState) -> list[WorkerState]:
-    """The shortest list of allowed moves from CREATED to ``target``."""
-    previous: dict[WorkerState, WorkerState | None] = {WorkerState.CREATED: None}
-    queue = deque([WorkerState.CREATED])
-    while queue:
-        state = queue.popleft()
-        for nxt in sorted(ALLOWED[state], key=str):
-            if nxt not in previous:
-                previous[nxt] = state
-                queue.append(nxt)
-    steps: list[WorkerState] = []
-    at: WorkerState | None = target
-    while at is not None and at is not WorkerState.CREATED:
-        steps.append(at)
-        at = previous[at]
-    return steps[::-1]
-
-
 def machine_in(state: WorkerState, metrics: Metrics) -> StateMachine[WorkerState]:
-    machine = worker_lifecycle(structlog.get_logger(), metrics)
-    for step in path_to(state):
-        machine.transition(step)
-    assert machine.state is state
-    return machine
+    new = functools.partial(worker_lifecycle, structlog.get_logger(), metrics)
+    return lifecycles.machine_in(new, ALLOWED, WorkerState.CREATED, state)
 
 
 def gauge(metrics: Metrics) -> dict[str, float | None]:

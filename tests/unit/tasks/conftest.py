@@ -38,7 +38,7 @@ from worker.tasks.manager import TaskManager
 from worker.tasks.parts import TaskParts, build_task_parts
 from worker.tasks.registry import Tasks
 from worker.tasks.router import RecordRouter
-from worker.tasks.task import TaskContext
+from worker.tasks.task_context import TaskContext
 
 APP = "app"
 EVENTS = "events"

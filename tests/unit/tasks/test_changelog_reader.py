@@ -20,7 +20,8 @@ from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
 from worker.state.restore import ChangelogReader
 from worker.tasks.state import TaskRole
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 CL = (COUNTS_CHANGELOG, 1)
 LB = (LABELS, 1)

@@ -16,7 +16,7 @@ from worker.errors import GenerationMoved, RebalanceInProgress
 from worker.processing.topology import BuiltTopology
 from worker.tasks.commit_protocols import ExactlyOnceCommit
 from worker.tasks.state import TaskState
-from worker.tasks.task import TaskContext
+from worker.tasks.task_context import TaskContext
 
 
 class FakeTransaction:

@@ -28,7 +28,7 @@ from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.state.stream_time_marker import STREAM_TIME_KEY
 from worker.tasks.handover import ReleaseWatch
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import TaskContext
+from worker.tasks.task_context import TaskContext
 
 
 def cl(task_id: TaskId) -> TP:

@@ -30,7 +30,7 @@ from worker.errors import StoreCorrupted
 from worker.processing.topology import BuiltTopology
 from worker.state.store import Store, StoreClosedError, StoreHealing
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import TaskContext
+from worker.tasks.task_context import TaskContext
 
 BLOCK = "block checksum mismatch"
 

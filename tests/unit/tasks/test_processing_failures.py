@@ -40,7 +40,8 @@ from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.tasks.failures import FailureDecision, ProcessingFailures, RunFailed
 from worker.tasks.state import TaskState
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 DLQ = f"{APP}-dlq"
 

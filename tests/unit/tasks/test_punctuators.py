@@ -39,7 +39,8 @@ from worker.processing.punctuators import ProcessorInitFailed
 from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 
 class App:

@@ -22,7 +22,8 @@ from worker.state.directory import StateDirectory
 from worker.state.stream_time_marker import STREAM_TIME_KEY
 from worker.tasks.commit_protocols import AtLeastOnceCommit, ExactlyOnceCommit
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 EV = (EVENTS, 1)
 

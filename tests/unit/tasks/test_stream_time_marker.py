@@ -28,7 +28,8 @@ from worker.state.restore import ChangelogReader
 from worker.state.stream_time_marker import STREAM_TIME_KEY, marker_headers, stream_time_of
 from worker.tasks.commit_protocols import ExactlyOnceCommit
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 CL = (COUNTS_CHANGELOG, 1)
 

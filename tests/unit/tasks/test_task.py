@@ -28,7 +28,8 @@ from worker.state.checkpoint import read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
 from worker.tasks.failures import RunFailed
 from worker.tasks.state import TaskRole, TaskState
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 CL = (COUNTS_CHANGELOG, 1)
 LB = (LABELS, 1)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import deque
+import functools
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from tests.support import lifecycles
 from worker.errors import WorkerError
 from worker.events import TASK_TRANSITION
 from worker.lifecycle import IllegalTransition, StateMachine
@@ -18,30 +19,9 @@ ALLOWED_MOVES = [(src, dst) for src in TaskState for dst in sorted(ALLOWED[src],
 FORBIDDEN_MOVES = [(src, dst) for src in TaskState for dst in TaskState if dst not in ALLOWED[src]]
 
 
-def path_to(target: TaskState) -> list[TaskState]:
-    """The shortest list of allowed moves from CREATED to ``target``."""
-    previous: dict[TaskState, TaskState | None] = {TaskState.CREATED: None}
-    queue = deque([TaskState.CREATED])
-    while queue:
-        state = queue.popleft()
-        for nxt in sorted(ALLOWED[state], key=str):
-            if nxt not in previous:
-                previous[nxt] = state
-                queue.append(nxt)
-    steps: list[TaskState] = []
-    at: TaskState | None = target
-    while at is not None and at is not TaskState.CREATED:
-        steps.append(at)
-        at = previous[at]
-    return steps[::-1]
-
-
 def machine_in(state: TaskState, metrics: Metrics) -> StateMachine[TaskState]:
-    machine = task_lifecycle(structlog.get_logger(), metrics)
-    for step in path_to(state):
-        machine.transition(step)
-    assert machine.state is state
-    return machine
+    new = functools.partial(task_lifecycle, structlog.get_logger(), metrics)
+    return lifecycles.machine_in(new, ALLOWED, TaskState.CREATED, state)
 
 
 def transitions_to(metrics: Metrics, state: TaskState) -> float:

@@ -13,7 +13,8 @@ from worker.state.restore import ChangelogReader
 from worker.state.window_format import OBSERVED_MS, encode_meta, encode_value, fixed_key
 from worker.state.window_stores import FixedWindowStore
 from worker.tasks.state import TaskRole
-from worker.tasks.task import Task, TaskContext
+from worker.tasks.task import Task
+from worker.tasks.task_context import TaskContext
 
 MINUTE = 60_000
 CHANGELOG = (f"{APP}-per-minute-changelog", 1)
