@@ -53,7 +53,6 @@ from typing import Any
 import kafka.errors as kerrors
 from kafka import KafkaConsumer
 from kafka.future import Future
-from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment.model import Subscription
 from worker.assignment.task_id import TP, TaskId
@@ -66,7 +65,7 @@ from worker.events import (
     MEMBERSHIP_STALE_MEMBER_REMOVED,
     MEMBERSHIP_STARTED,
 )
-from worker.kafka import group_coordinator
+from worker.kafka import group_coordinator, member_offsets
 from worker.kafka.error_classifier import group_error, join_can_be_retried
 from worker.kafka.member_config import kafka_python_config, planner_config
 from worker.kafka.member_states import ALLOWED, Assigned, Lost, MembershipEvent, MemberState
@@ -359,15 +358,7 @@ class GroupMember:
         consumer = self._require()
         if self._fsm.state not in (MemberState.STABLE, MemberState.REVOKING):
             raise RebalanceInProgress(f"the group member is {self._fsm.state.value}")
-        notes = metadata or {}
-        request = {
-            TopicPartition(t, p): OffsetAndMetadata(o, notes.get((t, p), ""), -1)
-            for (t, p), o in offsets.items()
-        }
-        try:
-            consumer.commit(request, timeout_ms=timeout_ms)
-        except kerrors.KafkaError as exc:
-            raise group_error(exc) from exc
+        member_offsets.commit(consumer, offsets, metadata or {}, timeout_ms)
 
     def committed(
         self, partitions: Iterable[TP], timeout_ms: int | None = None
@@ -379,28 +370,9 @@ class GroupMember:
     def committed_with_metadata(
         self, partitions: Iterable[TP], timeout_ms: int | None = None
     ) -> dict[TP, tuple[int | None, str]]:
-        """The group's committed offsets (None where nothing was committed) and their
-        metadata strings ('' where none), in one request.
-
-        Waits at most ``timeout_ms`` (default: the request timeout), then raises
-        KafkaUnavailable; kafka-python alone would retry forever without a timeout.
-        """
-        wanted = [TopicPartition(t, p) for t, p in partitions]
-        if not wanted:
-            return {}
-        consumer = self._require()
-        if timeout_ms is None:
-            timeout_ms = int(consumer.config["request_timeout_ms"])
-        try:
-            found = group_coordinator.fetch_committed(consumer, wanted, timeout_ms)
-        except kerrors.KafkaError as exc:
-            raise group_error(exc) from exc
-        result: dict[TP, tuple[int | None, str]] = {}
-        for tp in wanted:
-            meta = found.get(tp)
-            offset = meta.offset if meta and meta.offset >= 0 else None
-            result[(tp.topic, tp.partition)] = (offset, (meta.metadata or "") if meta else "")
-        return result
+        """The group's committed offsets and their metadata strings, in one request
+        (:func:`worker.kafka.member_offsets.committed_with_metadata`)."""
+        return member_offsets.committed_with_metadata(self._require(), partitions, timeout_ms)
 
     def close(self, leave: bool = True) -> None:
         """Stop the member; with ``leave`` send LeaveGroup so the rest rebalance at once.
