@@ -167,6 +167,7 @@ class Worker:
         self._set_state(WorkerState.REBALANCING)
         self._run_loop(rt)
         self._set_state(WorkerState.PENDING_SHUTDOWN)
+        self._hand_over_before_leaving(rt)
         if rt.member.can_commit:
             rt.parts.committer.commit()
         else:
@@ -181,6 +182,19 @@ class Worker:
         processing thread's samples under this frame (``Worker._run_loop``)."""
         while not self._stop.is_set():
             self._iterate(rt)
+
+    def _hand_over_before_leaving(self, rt: Runtime) -> None:
+        """Graceful scale-in: keep processing while the group moves this worker's actives
+        in one round, in which they are released to their new owners; then leave
+        (:meth:`GroupMember.begin_leaving`). Bounded by half of ``shutdown.timeout.ms``,
+        the rest is for closing. Where the group cannot do that, the worker leaves at
+        once and its tasks move in the round its LeaveGroup starts."""
+        if not rt.member.begin_leaving():
+            return
+        deadline = self.clock.monotonic() + self.settings.shutdown_timeout_ms / 2000.0
+        while not rt.member.departed and self.clock.monotonic() < deadline:
+            self._iterate(rt)
+        self._log.info("worker.handed_over_before_leaving", departed=rt.member.departed)
 
     def _iterate(self, rt: Runtime) -> None:
         """One iteration of the processing thread, the only place one runs. In order:
