@@ -162,11 +162,9 @@ class GroupMember:
         except kerrors.KafkaError as exc:
             raise group_error(exc) from exc
         if stale_member_id and not self._settings.group_instance_id:
+            settings = self._settings
             error = group_coordinator.leave_on_behalf(
-                consumer,
-                self._settings.application_id,
-                stale_member_id,
-                self._settings.session_timeout_ms,
+                consumer, settings.application_id, stale_member_id, settings.session_timeout_ms
             )
             self._log.info(
                 MEMBERSHIP_STALE_MEMBER_REMOVED, member_id=stale_member_id, error=error or None
@@ -341,13 +339,14 @@ class GroupMember:
     def begin_leaving(self) -> bool:
         """Hand the actives over before leaving (module doc): a coming ``poll`` joins saying
         so; :attr:`departed` tells when that round came back. False (just leave) when it
-        owns no active, holds no generation, or a member of an older version is in the
-        group (it takes tasks over only in a follow-up round). Idempotent."""
+        owns no active, holds no generation, leads a group of one, or a member of an older
+        version is in the group (it takes tasks over only in a follow-up round). Idempotent."""
         if self._leaving:
             return True
         if not self._owned or self.commit_generation is None or self._consumer is None:
             return False
-        if not self._assignor.group_reads_compact:
+        alone = self.is_leader and self._assignor.planned_alone
+        if alone or not self._assignor.group_reads_compact:
             return False
         self._leaving = True
         self._log.info("membership.leaving", active=sorted(map(str, self._owned)))
@@ -355,8 +354,7 @@ class GroupMember:
 
     @property
     def departed(self) -> bool:
-        """The round that knew this member is leaving came back: it owns nothing now (unless
-        an older leader gave it tasks again)."""
+        """The round that knew this member is leaving came back (see :meth:`begin_leaving`)."""
         return self._departed
 
     def request_rebalance(self, reason: str) -> None:

@@ -110,6 +110,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._received: Assignment | UserDataError | None = None
         self._pending_moves: Mapping[TaskId, str] = {}
         self._version = JSON_VERSION  # of the last assignment received; guarded by _lock
+        self._planned_members = 0  # how many members the last plan made here had
 
     def supported_protocols(self) -> list[RebalanceProtocol]:
         """Cooperative only (KIP-429): the plan withholds every task that changes owner
@@ -151,6 +152,11 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         with self._lock:
             return self._version > JSON_VERSION
 
+    @property
+    def planned_alone(self) -> bool:
+        """Whether the last round this member planned (as leader) had no other member."""
+        return self._planned_members == 1
+
     def take(self) -> Assignment | None:
         """The assignment received since the last call, if any; raises if it was undecodable."""
         with self._lock:
@@ -178,6 +184,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         version = min(version, ASSIGNMENT_VERSION)
         directory = _directory(subscriptions, keys) if version > JSON_VERSION else None
         self._pending_moves = result.pending_moves
+        self._planned_members = len(members)
         self._log.info(
             MEMBERSHIP_ASSIGN,
             members=len(members),

@@ -104,3 +104,14 @@ def test_a_join_under_way_finishes_before_the_leaving_one_starts(member: Harness
     assert member.sent().leaving
     member.finish(_assignment(), 3)
     assert member.member.departed
+
+
+def test_the_leader_of_a_group_of_one_leaves_at_once(
+    member: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stable(member, A, B)
+    monkeypatch.setattr(member.fake, "is_leader", lambda consumer: True)
+    member.member._assignor._planned_members = 1
+    assert not member.member.begin_leaving()
+    member.member._assignor._planned_members = 2
+    assert member.member.begin_leaving()
