@@ -8,6 +8,8 @@ other instance's side is written into the fakes by hand.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.tasks.conftest import COUNTS_CHANGELOG, EVENTS, T00, T01, Harness
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TP, TaskId
@@ -185,4 +187,22 @@ def test_a_standby_named_in_a_release_of_its_round_takes_over_before_its_assignm
     harness.manager.on_assigned(plan((), standby=(T00, T01)), incoming=frozenset({T00}))
     assert harness.manager.tasks[T00].role is TaskRole.ACTIVE, "its assignment keeps it"
     assert len(harness.collector.changelog) == written, "nothing released back"
+    harness.manager.close_all(clean=False)
+
+
+def test_a_task_taken_over_on_its_release_asks_the_group_for_no_offsets(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.manager.on_assigned(plan((), standby=(T00,)), incoming=frozenset({T00}))
+    released_by_other(harness, T00, generation=2, offset=7)
+
+    def joining(partitions: object) -> None:
+        raise AssertionError("an OffsetFetch waits for the JoinGroup while the member joins")
+
+    monkeypatch.setattr(harness.group_offsets, "committed_with_metadata", joining)
+    step(harness)
+
+    task = harness.manager.tasks[T00]
+    assert task.role is TaskRole.ACTIVE and task.state is TaskState.RUNNING
+    assert harness.consumer.added[-1][ev(T00)] == 7
     harness.manager.close_all(clean=False)
