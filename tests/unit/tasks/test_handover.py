@@ -16,7 +16,7 @@ from worker.assignment.task_id import TP, TaskId
 from worker.errors import ProduceFailed
 from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.state.stream_time_marker import STREAM_TIME_KEY
-from worker.tasks.handover import ReleaseWatch
+from worker.tasks.handover import ReleaseWatch, TakeOverWatch
 from worker.tasks.state import TaskRole, TaskState
 
 
@@ -206,3 +206,21 @@ def test_a_task_taken_over_on_its_release_asks_the_group_for_no_offsets(
     assert task.role is TaskRole.ACTIVE and task.state is TaskState.RUNNING
     assert harness.consumer.added[-1][ev(T00)] == 7
     harness.manager.close_all(clean=False)
+
+
+def test_a_take_over_shows_as_two_records_past_the_release_in_every_changelog() -> None:
+    ends = {cl(T00): 10, cl(T01): 20}
+    watch = TakeOverWatch(lambda tps: {tp: ends[tp] for tp in tps}, [cl(T00), cl(T01)])
+    ends[cl(T00)] = 11  # the old owner's transaction marker, after the baseline
+    assert not watch.taken_over()
+    ends[cl(T00)] = 12
+    assert not watch.taken_over(), "one new owner has written, the other not yet"
+    ends[cl(T01)] = 25
+    assert watch.taken_over()
+
+
+def test_the_last_hand_over_is_watched_for_its_take_over(harness: Harness) -> None:
+    assert harness.manager.take_over_watch() is None, "nothing released yet"
+    run(harness, T00)
+    harness.manager.on_assigned(plan((), generation=2))
+    assert harness.manager.take_over_watch() is not None
