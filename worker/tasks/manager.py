@@ -99,6 +99,7 @@ class TaskManager:
         for task_id in self._watch.awaiting - incoming:
             self._watch.forget(task_id)  # active outright now, or no longer ours to wait for
         released = True
+        self._released = ()
         if revoked or passed_on:
             released = self._hand_over(
                 revoked, passed_on, assignment.generation, assignment.pending_moves

@@ -224,3 +224,5 @@ def test_the_last_hand_over_is_watched_for_its_take_over(harness: Harness) -> No
     run(harness, T00)
     harness.manager.on_assigned(plan((), generation=2))
     assert harness.manager.take_over_watch() is not None
+    harness.manager.on_assigned(plan((), standby=(T01,), generation=3))
+    assert harness.manager.take_over_watch() is None, "only the last assignment's releases"
