@@ -28,6 +28,11 @@ owner died, or its last commit failed) falls back to the next rebalance: the tas
 active on its new owner outright (it claims it, nobody else does). The old owner asks for
 that rebalance itself when its commit failed, and for every task it cannot release in its
 changelog (stateless, or stores that are all tables): those keep KIP-429's follow-up round.
+
+Warmup promotion, scale-out and graceful scale-in all move tasks this way. A worker that
+stops on SIGTERM joins once more saying it is leaving (worker/kafka/membership.py), so the
+round moves every active of its, releases them like any revoked task, and leaves once their
+new owners have written (:class:`TakeOverWatch`).
 """
 
 from __future__ import annotations
