@@ -207,14 +207,18 @@ class Worker:
     def _await_take_over(self, rt: Runtime, deadline: float) -> bool:
         """Wait, at most ``LEAVE_LINGER_S``, until the new owners of the released tasks have
         written, so that the LeaveGroup cannot cut their round short (:class:`TakeOverWatch`).
-        Nothing is left to run and the member is not polled (a join it started would hold
-        up the close); a second signal still exits at once."""
+        Nothing is left to run. The member is polled: should the group start another round
+        meanwhile, it joins it (a member that stops joining, above all a leader, would
+        wedge the round on the test broker) and the wait ends; the close lets that join
+        finish before it leaves. A second signal still exits at once."""
         watch = rt.parts.manager.take_over_watch()
         if watch is None:
             return False
         deadline = min(deadline, self.clock.monotonic() + LEAVE_LINGER_S)
         pause = threading.Event()  # never set: only paces the checks
         while not (taken := watch.taken_over()) and self.clock.monotonic() < deadline:
+            if rt.member.poll() or rt.member.rebalancing:
+                break  # nothing is this worker's any more: what the round brings is moot
             pause.wait(LEAVE_CHECK_S)
         return taken
 
