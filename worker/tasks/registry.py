@@ -80,9 +80,7 @@ class Tasks:
         for task in finished:
             task.revived = False
             task.transition(TaskState.RUNNING, "restored")
-            self._start_inputs(task)
-            if task.punctuators is not None:  # after the stream time it resumes with
-                task.punctuators.start(task.stream_time)
+            self._start_processing(task)
         if finished:
             self.on_change()
 
@@ -117,7 +115,13 @@ class Tasks:
         processes at once, with no restore (worker/tasks/handover.py, step 3)."""
         task.transition(TaskState.RESTORING, "released")
         task.transition(TaskState.RUNNING, "released")
+        self._start_processing(task)
+
+    def _start_processing(self, task: Task) -> None:
+        """An active's inputs, then its punctuators, from the stream time it resumes with."""
         self._start_inputs(task)
+        if task.punctuators is not None:
+            task.punctuators.start(task.stream_time)
 
     def stop_inputs(self, task: Task) -> None:
         """Stop reading for ``task``: its changelogs, its source partitions, its route."""
