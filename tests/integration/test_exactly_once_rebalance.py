@@ -13,7 +13,10 @@ share that changed owner. One output per input is checked by ``check`` as there.
 A moved task changes owner in the round that moves it (worker/tasks/handover.py): the
 scale-out's moved tasks stall no longer than a staying one may, and each task's
 changelog shows one writer at a time, a new one only after its predecessor's release
-marker (:func:`check_one_writer_at_a_time`).
+marker (:func:`check_one_writer_at_a_time`). So do the tasks of a worker stopped with
+SIGTERM (a graceful scale-in): it keeps processing them while the group moves them, and
+releases them before it leaves (worker/kafka/membership.py, "Leaving gracefully"), so
+their output hides no longer than a staying task's may.
 """
 
 from __future__ import annotations
@@ -24,11 +27,19 @@ from tests.integration.test_cooperative_rebalance import (
     PARTITIONS,
     SETTINGS,
     TASKS,
+    Inputs,
     Outcome,
     check,
+    flowing,
+    membership_event,
+    new_worker,
+    now_ms,
     rolling_restart,
     scale_out,
+    wait_for_output_after,
+    wait_settled,
 )
+from tests.support.fixtures import WorkerFactory
 from tests.support.transaction_log import read_committed_partition, read_committed_topic
 from worker.dev.stalls import longest_stalls, stalled_share
 from worker.examples import counting
@@ -53,9 +64,12 @@ def visible_at(bootstrap: str) -> dict[str, list[float]]:
     return stamps
 
 
-def check_visible_stalls(outcome: Outcome, moved_too: bool = False) -> None:
-    """Stayed tasks (and with ``moved_too`` moved ones) never hid their output longer
-    than ``VISIBLE_STALL``; per event no more tasks stalled than changed owner."""
+def check_visible_stalls(
+    outcome: Outcome, moved_too: bool = False, moved_stall: float = MOVED_STALL
+) -> None:
+    """Stayed tasks never hid their output longer than ``VISIBLE_STALL``, and with
+    ``moved_too`` moved ones never longer than ``moved_stall``; per event no more tasks
+    stalled than changed owner."""
     stamps = visible_at(outcome.inputs.bootstrap)
     problems: list[str] = []
     report: list[str] = []
@@ -71,7 +85,7 @@ def check_visible_stalls(outcome: Outcome, moved_too: bool = False) -> None:
             problems.append(f"{event.name}: more tasks stalled than changed owner")
         bounded = TASKS if moved_too else event.stayed
         for t in bounded:
-            bound = VISIBLE_STALL if event.fate(t) == "stayed" else MOVED_STALL
+            bound = VISIBLE_STALL if event.fate(t) == "stayed" else moved_stall
             if stalls[t] > bound:
                 problems.append(
                     f"{event.name}: {t} ({event.fate(t)}) showed nothing for "
@@ -116,3 +130,31 @@ def test_exactly_once_scale_out_hands_tasks_over_in_one_round(own_broker, worker
     check(outcome, exactly_once=True)
     check_visible_stalls(outcome, moved_too=True)
     check_one_writer_at_a_time(own_broker.bootstrap, worker_factory.application_id)
+
+
+def scale_in(bootstrap: str, worker_factory: WorkerFactory) -> Outcome:
+    """Three exactly-once workers; ``c`` is stopped with SIGTERM and not started again."""
+    inputs = Inputs(bootstrap)
+    group = [new_worker(worker_factory, n, bootstrap, "exactly_once_v2") for n in "abc"]
+    owners = wait_settled(group, "three workers")
+    *staying, leaving = group
+
+    def stop() -> None:
+        assert leaving.terminate() == 0, "a clean stop exits 0"
+
+    with flowing(inputs) as watch:
+        wait_for_output_after(watch, now_ms(), "every task processing")
+        event = membership_event("c stops", owners, stop, staying, watch)
+    handed = [e for e in leaving.log_events() if e.get("event") == "handover.released"]
+    assert handed and handed[-1].get("committed"), "c released its tasks before leaving"
+    return Outcome(inputs, staying, [event])
+
+
+@pytest.mark.duration(30)
+def test_exactly_once_scale_in_hands_the_stopped_workers_tasks_over_in_one_round(
+    own_broker, worker_factory
+):
+    outcome = scale_in(own_broker.bootstrap, worker_factory)
+    check_visible_stalls(outcome, moved_too=True, moved_stall=VISIBLE_STALL)
+    check_one_writer_at_a_time(own_broker.bootstrap, worker_factory.application_id)
+    check(outcome, exactly_once=True)

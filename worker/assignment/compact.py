@@ -7,7 +7,9 @@ version, and for a subscription the latest version the member reads), in
 Subscription: process id (id), endpoint (str), rebalance requests (uint), the tasks
 the member reports (task set), per task in that order a flags uint (1: running it as
 active, 2: holding it as standby or warmup, 4: an offset sum follows) and the offset
-sum (int), then the pending moves it echoes (:func:`write_moves`).
+sum (int), then the pending moves it echoes (:func:`write_moves`), then the member's
+flags (uint; 1: leaving, see ``Subscription.leaving``): a reader that predates them
+stops before them, and one that knows them reads their absence (an older writer) as 0.
 
 Assignment: actives, standbys, warmups (task sets), next probe (int), the directory
 endpoint (str: where the group's routing map can be fetched), whether the routing map
@@ -30,6 +32,7 @@ from worker.assignment.wire import Reader, Writer
 _ACTIVE = 1
 _STANDBY = 2
 _HAS_SUM = 4
+_LEAVING = 1  # member flags
 
 Hosts = Mapping[str, frozenset[TaskId]]
 
@@ -50,6 +53,7 @@ def write_subscription(out: Writer, sub: Any) -> None:
         if offset_sum is not None:
             out.sint(offset_sum)
     write_moves(out, sub.pending_moves)
+    out.uint(_LEAVING if sub.leaving else 0)
 
 
 def read_subscription(data: Reader) -> dict[str, Any]:
@@ -74,6 +78,7 @@ def read_subscription(data: Reader) -> dict[str, Any]:
         "prev_standby": frozenset(standby),
         "rebalance_requests": requests,
         "pending_moves": read_moves(data),
+        "leaving": bool((0 if data.done else data.uint()) & _LEAVING),
     }
 
 

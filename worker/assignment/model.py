@@ -111,6 +111,11 @@ class Subscription:
     # client key it goes to), echoed so that whichever member leads the follow-up round
     # finishes them as planned, even when the previous leader is gone.
     pending_moves: Mapping[TaskId, str] = field(default_factory=dict)
+    # The member is stopping (SIGTERM): the leader gives it nothing and moves its actives
+    # to their new owners in this round, to be released like any hand-over
+    # (worker/tasks/handover.py); it leaves the group once it has released them. A leader
+    # that predates the flag ignores it and plans the member as any other.
+    leaving: bool = False
     # The latest user-data version the member reads: decoded, never set when encoding
     # (a member always announces its own).
     latest_supported: int = SUBSCRIPTION_VERSION
@@ -146,6 +151,7 @@ class Subscription:
                 "prev_standby": _encode_tasks(self.prev_standby),
                 "rebalance_requests": self.rebalance_requests,
                 "pending_moves": _encode_moves(self.pending_moves),
+                "leaving": self.leaving,
             }
         )
 
@@ -172,6 +178,7 @@ class Subscription:
                 prev_standby=_decode_tasks(obj.get("prev_standby", [])),
                 rebalance_requests=_int(obj.get("rebalance_requests", 0)),
                 pending_moves=_decode_moves(obj.get("pending_moves", {})),
+                leaving=obj.get("leaving") is True,
                 latest_supported=_int(obj.get("latest_supported", JSON_VERSION)),
             )
         except (KeyError, TypeError, ValueError) as exc:

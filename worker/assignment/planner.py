@@ -60,6 +60,11 @@ f. Two-phase moves (KIP-429). A task never becomes active on a new client in the
    member planned the previous round, the moves members were told of (those they take
    part in) and echo in their subscriptions (:mod:`worker.kafka.task_assignor`).
 
+g. Leaving clients (a worker stopping on SIGTERM) get nothing: steps b-d plan the other
+   clients only, and the tasks a leaving client runs are moves of step f to their new
+   owners, which its release hands over in this round. When every client is leaving,
+   they are planned as usual.
+
 Same input, same output, whatever order the tasks and clients arrive in: every choice
 above ends in a tie-break on the client key and the TaskId.
 """
@@ -121,6 +126,7 @@ def plan(
     stateless: Collection[TaskId] = frozenset(),
     previous_moves: Mapping[TaskId, str] | None = None,
     unreported_lags: Mapping[TaskId, int] | None = None,
+    leaving: Collection[str] = frozenset(),
 ) -> Plan:
     """Place every task as active on at most one client, plus standbys and warmups.
 
@@ -132,7 +138,8 @@ def plan(
     before this one, when the caller still has it: the follow-up round then completes
     those moves (step b1). ``unreported_lags`` is the lag of a client whose ``lags``
     have no entry for a task (:class:`worker.assignment.lags.TaskLags`: the whole
-    changelog); a task missing there counts as ``UNKNOWN_LAG``. So each client need list
+    changelog); a task missing there counts as ``UNKNOWN_LAG``. ``leaving`` names the
+    clients that get nothing (step g). So each client need list
     only the tasks it holds state for, and a plan costs time in proportion to the
     tasks, the clients and their reports, never to tasks times clients. With no clients
     the plan is empty. See the module doc.
@@ -140,13 +147,16 @@ def plan(
     names = sorted(clients)
     if not names:
         return Plan({}, {}, {})
-    group = Standing(clients, config.acceptable_recovery_lag, stateless, unreported_lags or {})
+    staying = {n: c for n, c in clients.items() if n not in leaving} or clients
+    unreported = unreported_lags or {}
+    group = Standing(staying, config.acceptable_recovery_lag, stateless, unreported)
+    everyone = group if staying is clients else Standing(clients, 0, stateless, unreported)
     all_tasks = sorted(set(tasks))
     owners = _previous_owners(all_tasks, group, previous_moves or {})
     ideal = _ideal_placement(all_tasks, group, owners)
     active, warmup = _guard_recovery(all_tasks, ideal, group, owners, config)
     standby = _place_standbys(all_tasks, active, warmup, group, config.num_standby_replicas)
-    pending = _withhold_moves(active, standby, group)
+    pending = _withhold_moves(active, standby, everyone)
     probe = now_ms + config.probing_rebalance_interval_ms if warmup else NO_PROBE
     return Plan(
         _by_client(names, active.items()),
@@ -364,7 +374,8 @@ def _withhold_moves(
     active: dict[TaskId, str], standby: dict[TaskId, list[str]], group: Standing
 ) -> dict[TaskId, str]:
     """Step f: take every move to a new owner out of ``active`` (in place), give the
-    intended owner a standby of it when stateful, and return task -> intended owner."""
+    intended owner a standby of it when stateful, and return task -> intended owner.
+    ``group`` holds every client, leaving ones included: their claims count too."""
     pending: dict[TaskId, str] = {}
     for task, planned in sorted(active.items()):
         claimers = group.claimers(task)

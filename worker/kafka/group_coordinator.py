@@ -20,6 +20,7 @@ after its timeout and start the join over (docs/platform-notes.md).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,6 +51,13 @@ def start_join(consumer: KafkaConsumer) -> Future:
     """
     coordinator = consumer._coordinator
     return coordinator._manager.call_soon(coordinator.ensure_active_group_async)
+
+
+def wait_for(join: Future, timeout_ms: int) -> bool:
+    """Wait, on the join's own completion, at most ``timeout_ms``; True when it ended."""
+    done = threading.Event()
+    join.add_both(lambda _result: done.set())
+    return done.wait(timeout_ms / 1000.0)
 
 
 def keep_alive(consumer: KafkaConsumer) -> None:

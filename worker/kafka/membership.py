@@ -31,6 +31,11 @@ way needs one more join (the follow-up round). The lifecycle, an explicit state 
                               |  \\-> REVOKING -> JOINING (follow-up round) or STABLE
     (any) -> LEFT;  JOINING/SYNCING/REVOKING/STABLE -> UNJOINED when the group dropped us
 
+Leaving gracefully (:meth:`GroupMember.begin_leaving`). A stopping member joins once
+more saying it is leaving; the leader moves its actives in that round, the runtime
+releases them like any revoked task and only then closes the member (LeaveGroup). They
+keep being processed through the join instead of stalling until a round after it.
+
 Asking for a rebalance (:meth:`GroupMember.request_rebalance`, KIP-441's probing
 rebalance). kafka-python has no public ``enforceRebalance``; a rejoin whose subscription
 is unchanged is answered with the previous assignment, without a rebalance, by Kafka (for
@@ -45,7 +50,6 @@ of kafka-python's private API is in :mod:`worker.kafka.group_coordinator`.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -53,7 +57,6 @@ from typing import Any
 import kafka.errors as kerrors
 from kafka import KafkaConsumer
 from kafka.future import Future
-from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from worker.assignment.model import Subscription
 from worker.assignment.task_id import TP, TaskId
@@ -66,7 +69,7 @@ from worker.events import (
     MEMBERSHIP_STALE_MEMBER_REMOVED,
     MEMBERSHIP_STARTED,
 )
-from worker.kafka import group_coordinator
+from worker.kafka import group_coordinator, member_offsets
 from worker.kafka.error_classifier import group_error, join_can_be_retried
 from worker.kafka.member_config import kafka_python_config, planner_config
 from worker.kafka.member_states import ALLOWED, Assigned, Lost, MembershipEvent, MemberState
@@ -127,6 +130,9 @@ class GroupMember:
         self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
         self._rebalance_requests = 0
         self._pending_moves: Mapping[TaskId, str] = {}  # echoed to whoever leads next
+        self._leaving = False  # asked to leave: every join from now says so
+        self._leaving_joined = False  # a join saying so has started
+        self._departed = False  # the round of such a join came back
 
     @property
     def state(self) -> MemberState:
@@ -156,11 +162,9 @@ class GroupMember:
         except kerrors.KafkaError as exc:
             raise group_error(exc) from exc
         if stale_member_id and not self._settings.group_instance_id:
+            settings = self._settings
             error = group_coordinator.leave_on_behalf(
-                consumer,
-                self._settings.application_id,
-                stale_member_id,
-                self._settings.session_timeout_ms,
+                consumer, settings.application_id, stale_member_id, settings.session_timeout_ms
             )
             self._log.info(
                 MEMBERSHIP_STALE_MEMBER_REMOVED, member_id=stale_member_id, error=error or None
@@ -273,6 +277,7 @@ class GroupMember:
             return []
         revoked = self._owned - assignment.active
         self._owned = assignment.active
+        self._departed = self._leaving_joined
         self._pending_moves = assignment.pending_moves
         self._metrics.rebalances.inc()
         self._log.info(
@@ -289,14 +294,16 @@ class GroupMember:
     def _maybe_join(self, consumer: KafkaConsumer) -> None:
         """Step 4."""
         follow_up = self._fsm.state is MemberState.REVOKING
+        leave = self._leaving and not self._leaving_joined
         if not (
             self._fsm.state is not MemberState.STABLE  # never joined, lost, failed, follow-up
             or self._rebalance_reason is not None
+            or leave
             or group_coordinator.needs_rejoin(consumer)
         ):
             return
-        reason = "follow-up" if follow_up else self._rebalance_reason
-        if reason is not None and reason != "follow-up":
+        reason = "leaving" if leave else "follow-up" if follow_up else self._rebalance_reason
+        if reason is not None and reason not in ("follow-up", "leaving"):
             self._rebalance_requests += 1
             self._metrics.probing_rebalances.inc()
         if follow_up:
@@ -307,8 +314,10 @@ class GroupMember:
                 self._subscription(),
                 rebalance_requests=self._rebalance_requests,
                 pending_moves=self._pending_moves,
+                leaving=self._leaving,
             )
         )
+        self._leaving_joined = self._leaving
         self._rebalance_reason = None  # this join carries everything the request was about
         self._join_generation = self.generation
         self._join = group_coordinator.start_join(consumer)
@@ -326,6 +335,27 @@ class GroupMember:
             return
         group_coordinator.cancel_follow_up(self._consumer)
         self._transition(MemberState.STABLE, reason="handed over in this round")
+
+    def begin_leaving(self) -> bool:
+        """Hand the actives over before leaving (module doc): a coming ``poll`` joins saying
+        so; :attr:`departed` tells when that round came back. False (just leave) when it
+        owns no active, holds no generation, leads a group of one, or a member of an older
+        version is in the group (it takes tasks over only in a follow-up round). Idempotent."""
+        if self._leaving:
+            return True
+        if not self._owned or self.commit_generation is None or self._consumer is None:
+            return False
+        alone = self.is_leader and self._assignor.planned_alone
+        if alone or not self._assignor.group_reads_compact:
+            return False
+        self._leaving = True
+        self._log.info("membership.leaving", active=sorted(map(str, self._owned)))
+        return True
+
+    @property
+    def departed(self) -> bool:
+        """The round that knew this member is leaving came back (see :meth:`begin_leaving`)."""
+        return self._departed
 
     def request_rebalance(self, reason: str) -> None:
         """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the
@@ -359,15 +389,7 @@ class GroupMember:
         consumer = self._require()
         if self._fsm.state not in (MemberState.STABLE, MemberState.REVOKING):
             raise RebalanceInProgress(f"the group member is {self._fsm.state.value}")
-        notes = metadata or {}
-        request = {
-            TopicPartition(t, p): OffsetAndMetadata(o, notes.get((t, p), ""), -1)
-            for (t, p), o in offsets.items()
-        }
-        try:
-            consumer.commit(request, timeout_ms=timeout_ms)
-        except kerrors.KafkaError as exc:
-            raise group_error(exc) from exc
+        member_offsets.commit(consumer, offsets, metadata or {}, timeout_ms)
 
     def committed(
         self, partitions: Iterable[TP], timeout_ms: int | None = None
@@ -379,38 +401,17 @@ class GroupMember:
     def committed_with_metadata(
         self, partitions: Iterable[TP], timeout_ms: int | None = None
     ) -> dict[TP, tuple[int | None, str]]:
-        """The group's committed offsets (None where nothing was committed) and their
-        metadata strings ('' where none), in one request.
-
-        Waits at most ``timeout_ms`` (default: the request timeout), then raises
-        KafkaUnavailable; kafka-python alone would retry forever without a timeout.
-        """
-        wanted = [TopicPartition(t, p) for t, p in partitions]
-        if not wanted:
-            return {}
-        consumer = self._require()
-        if timeout_ms is None:
-            timeout_ms = int(consumer.config["request_timeout_ms"])
-        try:
-            found = group_coordinator.fetch_committed(consumer, wanted, timeout_ms)
-        except kerrors.KafkaError as exc:
-            raise group_error(exc) from exc
-        result: dict[TP, tuple[int | None, str]] = {}
-        for tp in wanted:
-            meta = found.get(tp)
-            offset = meta.offset if meta and meta.offset >= 0 else None
-            result[(tp.topic, tp.partition)] = (offset, (meta.metadata or "") if meta else "")
-        return result
+        """The group's committed offsets and their metadata strings, in one request
+        (:func:`worker.kafka.member_offsets.committed_with_metadata`)."""
+        return member_offsets.committed_with_metadata(self._require(), partitions, timeout_ms)
 
     def close(self, leave: bool = True) -> None:
         """Stop the member; with ``leave`` send LeaveGroup so the rest rebalance at once.
 
-        Without ``leave`` the group notices only when the session times out (what a crash
-        looks like). A join under way is let finish first (at most a session timeout):
-        a member that left between its JoinGroup and its SyncGroup, as leader, wedged the
-        test broker's group for good (availability benchmark, rolling restart), and on
-        Kafka it only costs the others a second round. Idempotent; errors while closing
-        are logged, not raised.
+        Without ``leave`` the group notices only when the session times out (a crash).
+        A join under way is let finish first (at most a session timeout): a leader that
+        left between its JoinGroup and SyncGroup wedged the test broker's group for good,
+        on Kafka it costs the others a round. Idempotent; errors are logged, not raised.
         """
         consumer, self._consumer = self._consumer, None
         if self._fsm.state is not MemberState.LEFT:
@@ -428,14 +429,10 @@ class GroupMember:
         self._log.info(MEMBERSHIP_CLOSED, left=leave)
 
     def _finish_join(self) -> None:
-        """Wait (on the join's own completion, bounded) for a join under way to end."""
         join, self._join = self._join, None
-        if join is None or join.is_done:
-            return
-        done = threading.Event()
-        join.add_both(lambda _result: done.set())
-        finished = done.wait(self._settings.session_timeout_ms / 1000.0)
-        self._log.info("membership.join_finished_before_leaving", finished=finished)
+        if join is not None and not join.is_done:
+            finished = group_coordinator.wait_for(join, self._settings.session_timeout_ms)
+            self._log.info("membership.join_finished_before_leaving", finished=finished)
 
     def _group_metadata(self) -> tuple[int, str]:
         if self._consumer is None:

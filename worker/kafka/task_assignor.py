@@ -23,9 +23,10 @@ The leader's round, in order (reference/kafka-streams-state.md §4.4-4.5):
    failure there is logged and counts as "unknown": lags then fall back to the members'
    own reports (:mod:`worker.assignment.lags`), so a slow admin request never fails the
    rebalance.
-3. Lags per client and task, then :func:`planner.plan` with the leader's wall clock and
+3. Lags per client and task, then :func:`planner.plan` with the leader's wall clock,
    the pending moves of the last plan this leader made (the follow-up round completes
-   them; a new leader has none and plans afresh).
+   them; a new leader has none and plans afresh) and the members whose subscription
+   says they are leaving (they get nothing; their tasks move in this round).
 4. Per member: actives (whose source partitions are the member's assigned partitions,
    so a withheld task's partitions go to nobody this round), standbys (including the
    interim standby of a withheld task on its intended owner), warmups, the pending
@@ -109,6 +110,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._received: Assignment | UserDataError | None = None
         self._pending_moves: Mapping[TaskId, str] = {}
         self._version = JSON_VERSION  # of the last assignment received; guarded by _lock
+        self._planned_members = 0  # how many members the last plan made here had
 
     def supported_protocols(self) -> list[RebalanceProtocol]:
         """Cooperative only (KIP-429): the plan withholds every task that changes owner
@@ -150,6 +152,11 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         with self._lock:
             return self._version > JSON_VERSION
 
+    @property
+    def planned_alone(self) -> bool:
+        """Whether the last round this member planned (as leader) had no other member."""
+        return self._planned_members == 1
+
     def take(self) -> Assignment | None:
         """The assignment received since the last call, if any; raises if it was undecodable."""
         with self._lock:
@@ -168,14 +175,16 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         tasks = self._tasks(partitions)
         subscriptions = {m.member_id: self._decode(m.member_id, m.metadata) for m in members}
         keys = _client_keys(subscriptions)
-        result = self._plan(tasks, {keys[m]: sub for m, sub in subscriptions.items()})
+        leaving = sorted(keys[m] for m, sub in subscriptions.items() if sub.leaving)
+        result = self._plan(tasks, {keys[m]: sub for m, sub in subscriptions.items()}, leaving)
         active_hosts = _hosts(result.active, subscriptions, keys)
         standby_hosts = _hosts(_merge(result.standby, result.warmup), subscriptions, keys)
-        prober = min(keys.values(), default="")
+        prober = min(set(keys.values()) - set(leaving), default="")
         version = min((s.latest_supported for s in subscriptions.values()), default=JSON_VERSION)
         version = min(version, ASSIGNMENT_VERSION)
         directory = _directory(subscriptions, keys) if version > JSON_VERSION else None
         self._pending_moves = result.pending_moves
+        self._planned_members = len(members)
         self._log.info(
             MEMBERSHIP_ASSIGN,
             members=len(members),
@@ -185,6 +194,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             next_probe_ms=result.next_probe_ms,
             version=version,
             pending_moves=len(result.pending_moves),
+            leaving=leaving,
             moves=[f"{task}->{key}" for task, key in sorted(result.pending_moves.items())],
         )
         assignments = {}
@@ -206,7 +216,10 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         return assignments
 
     def _plan(
-        self, tasks: Sequence[TaskId], subscriptions: Mapping[str, Subscription]
+        self,
+        tasks: Sequence[TaskId],
+        subscriptions: Mapping[str, Subscription],
+        leaving: Sequence[str],
     ) -> planner.Plan:
         """Steps 2 and 3: end offsets, lags, then the pure planner."""
         per_task = lags.changelog_partitions(tasks, self._changelog_topics)
@@ -226,6 +239,7 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             stateless,
             _moves(self._pending_moves, subscriptions),
             lag.unreported,
+            leaving,
         )
 
     def _fetch_end_offsets(self, per_task: Mapping[TaskId, Sequence[TP]]) -> dict[TP, int]:
@@ -321,9 +335,9 @@ def _moves_of(
 
 def _directory(subscriptions: Mapping[str, Subscription], keys: Mapping[str, str]) -> str | None:
     """The member whose assignment carries the routing map: the lowest client key among
-    those with an endpoint (None when no member has one)."""
+    those with an endpoint, members that are leaving last (None when no member has one)."""
     reachable = [m for m, sub in subscriptions.items() if sub.endpoint]
-    return min(reachable, key=lambda m: keys[m], default=None)
+    return min(reachable, key=lambda m: (subscriptions[m].leaving, keys[m]), default=None)
 
 
 def _client_keys(subscriptions: Mapping[str, Subscription]) -> dict[str, str]:

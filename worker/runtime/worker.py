@@ -39,6 +39,11 @@ from worker.runtime.status import (
 from worker.tasks.handover import awaiting_of
 from worker.tasks.state import TaskRole
 
+# How long a leaving worker waits for the new owners of its tasks to have written, and
+# how often it looks.
+LEAVE_LINGER_S = 3.0
+LEAVE_CHECK_S = 0.05
+
 
 class Worker:
     """One worker process. ``run()`` blocks until stopped and returns the exit code."""
@@ -175,6 +180,7 @@ class Worker:
         self._set_state(WorkerState.REBALANCING)
         self._run_loop(rt)
         self._set_state(WorkerState.PENDING_SHUTDOWN)
+        self._hand_over_before_leaving(rt)
         if rt.member.can_commit:
             rt.parts.committer.commit()
         else:
@@ -189,6 +195,40 @@ class Worker:
         processing thread's samples under this frame (``Worker._run_loop``)."""
         while not self._stop.is_set():
             self._iterate(rt)
+
+    def _hand_over_before_leaving(self, rt: Runtime) -> None:
+        """Graceful scale-in: keep processing while the group moves this worker's actives
+        in one round, in which they are released to their new owners, then leave
+        (:meth:`GroupMember.begin_leaving`). Bounded by half of ``shutdown.timeout.ms``,
+        the rest is for closing. Where the group cannot do that, the worker leaves at
+        once and its tasks move in the round its LeaveGroup starts."""
+        if not rt.member.begin_leaving():
+            return
+        deadline = self.clock.monotonic() + self.settings.shutdown_timeout_ms / 2000.0
+        while not rt.member.departed and self.clock.monotonic() < deadline:
+            self._iterate(rt)
+        taken = rt.member.departed and self._await_take_over(rt, deadline)
+        self._log.info(
+            "worker.handed_over_before_leaving", departed=rt.member.departed, taken_over=taken
+        )
+
+    def _await_take_over(self, rt: Runtime, deadline: float) -> bool:
+        """Wait, at most ``LEAVE_LINGER_S``, until the new owners of the released tasks have
+        written, so that the LeaveGroup cannot cut their round short (:class:`TakeOverWatch`).
+        Nothing is left to run. The member is polled: should the group start another round
+        meanwhile, it joins it (a member that stops joining, above all a leader, would
+        wedge the round on the test broker) and the wait ends; the close lets that join
+        finish before it leaves. A second signal still exits at once."""
+        watch = rt.parts.manager.take_over_watch()
+        if watch is None:
+            return False
+        deadline = min(deadline, self.clock.monotonic() + LEAVE_LINGER_S)
+        pause = threading.Event()  # never set: only paces the checks
+        while not (taken := watch.taken_over()) and self.clock.monotonic() < deadline:
+            if rt.member.poll() or rt.member.rebalancing:
+                break  # nothing is this worker's any more: what the round brings is moot
+            pause.wait(LEAVE_CHECK_S)
+        return taken
 
     def _iterate(self, rt: Runtime) -> None:
         """One iteration of the processing thread, the only place one runs. In order:

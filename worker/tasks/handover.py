@@ -28,11 +28,16 @@ owner died, or its last commit failed) falls back to the next rebalance: the tas
 active on its new owner outright (it claims it, nobody else does). The old owner asks for
 that rebalance itself when its commit failed, and for every task it cannot release in its
 changelog (stateless, or stores that are all tables): those keep KIP-429's follow-up round.
+
+Warmup promotion, scale-out and graceful scale-in all move tasks this way. A worker that
+stops on SIGTERM joins once more saying it is leaving (worker/kafka/membership.py), so the
+round moves every active of its, releases them like any revoked task, and leaves once their
+new owners have written (:class:`TakeOverWatch`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from worker.assignment.task_id import TP, TaskId
@@ -155,6 +160,32 @@ def _offsets(markers: Iterable[ReleaseMarker]) -> dict[TP, int]:
         for tp, off in marker.offsets.items():
             offsets[tp] = max(off, offsets.get(tp, off))
     return offsets
+
+
+class TakeOverWatch:
+    """Whether the new owners of the tasks this instance released have taken them over:
+    every changelog its releases went to has grown by two records since (a new owner's
+    first commit; one more than the old owner's own transaction marker, which may land
+    after the baseline is read). Answers from ``ends`` (high watermarks; each read is a
+    fetch round trip).
+
+    A leaving worker waits for it before its LeaveGroup (worker/runtime/worker.py): on a
+    broker that answers each member's JoinGroup on its own schedule (the test broker,
+    docs/platform-notes.md) the others may not have joined the round yet when the
+    leaving member has its assignment, and a LeaveGroup then would start the next round
+    before they learnt of this one, so they would take the tasks over only in that round.
+    On Kafka every member learns the round at once and the wait ends at their first commit.
+    """
+
+    def __init__(self, ends: Callable[[Iterable[TP]], Mapping[TP, int]], changelogs: Sequence[TP]):
+        self._ends = ends
+        self._baseline = dict(ends(changelogs))
+
+    def taken_over(self) -> bool:
+        if not self._baseline:
+            return True
+        now = self._ends(list(self._baseline))
+        return all(now.get(tp, end) >= end + 2 for tp, end in self._baseline.items())
 
 
 def awaiting_of(

@@ -25,7 +25,7 @@ from worker.processing.topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
 from worker.tasks.commit_protocols import Releases
 from worker.tasks.committer import TaskCommitter
-from worker.tasks.handover import ReleaseWatch, logged_changelogs, release_of
+from worker.tasks.handover import ReleaseWatch, TakeOverWatch, logged_changelogs, release_of
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
@@ -48,6 +48,7 @@ class TaskManager:
         self._high_watermarks = high_watermarks
         self._watch = ReleaseWatch()
         self._scanned_generation = -1  # the generation check_releases last scanned in
+        self._released: tuple[TP, ...] = ()  # the changelogs of the last hand-over's releases
         self._log = get_logger(component="task_manager")
 
     @property
@@ -98,6 +99,7 @@ class TaskManager:
         for task_id in self._watch.awaiting - incoming:
             self._watch.forget(task_id)  # active outright now, or no longer ours to wait for
         released = True
+        self._released = ()
         if revoked or passed_on:
             released = self._hand_over(
                 revoked, passed_on, assignment.generation, assignment.pending_moves
@@ -157,6 +159,7 @@ class TaskManager:
             self.on_lost()
             return False
         all_logged = len(releases) == len(revoked) + len(passed_on)
+        self._released = tuple(tp for changelogs, _ in releases for tp in changelogs)
         self._log.info(
             HANDOVER_RELEASED,
             generation=generation,
@@ -209,6 +212,13 @@ class TaskManager:
         if released:
             self._tasks.publish_kinds()
             self._tasks.on_change()
+
+    def take_over_watch(self) -> TakeOverWatch | None:
+        """Whether the new owners of what the last hand-over released have taken it over
+        (for a worker about to leave); None when nothing was released or ends are unknown."""
+        if not self._released or self._high_watermarks is None:
+            return None
+        return TakeOverWatch(self._high_watermarks, self._released)
 
     def awaiting_release(self) -> frozenset[TaskId]:
         """The standbys this instance takes over once released (reported as its own)."""

@@ -133,12 +133,21 @@ class Tasks:
         """Read the task's inputs from the committed offsets, then run its processors'
         ``init`` and punctuators from the stream time it resumes with (restored or
         released alike: a released task without them would never punctuate)."""
-        found = self._group_offsets.committed_with_metadata(task.source_partitions)
+        released = self.released.pop(task.id, {})
+        if released:
+            # Taken over on its release: no OffsetFetch. The release holds every source
+            # offset of the group's (the old owner's last commit, made with it; a partition
+            # it leaves out has none) and the stores hold the stream time. The coordinator
+            # answers one request per connection at a time, so while this member joins a
+            # round the fetch would wait for the JoinGroup and hold up every task here.
+            found: dict[TP, tuple[int | None, str]] = {}
+        else:
+            found = self._group_offsets.committed_with_metadata(task.source_partitions)
         task.resume_stream_time({tp: metadata for tp, (_, metadata) in found.items()})
         committed = {tp: off for tp, (off, _) in found.items()}
         # A released task resumes where its old owner's release says, should the group's
         # committed offsets not show that commit yet.
-        for tp, offset in self.released.pop(task.id, {}).items():
+        for tp, offset in released.items():
             known = committed.get(tp)
             if known is None or offset > known:
                 committed[tp] = offset

@@ -218,3 +218,16 @@ def test_malformed_subscriptions_raise_a_user_data_error(data: bytes) -> None:
 def test_malformed_assignments_raise_a_user_data_error(data: bytes) -> None:
     with pytest.raises(UserDataError):
         Assignment.decode(data)
+
+
+@pytest.mark.parametrize("version", [JSON_VERSION, SUBSCRIPTION_VERSION])
+def test_a_leaving_member_says_so_in_either_version(version: int) -> None:
+    leaving = replace(_subscription(), leaving=True)
+    assert Subscription.decode(leaving.encode(version)) == leaving
+    assert not Subscription.decode(_subscription().encode(version)).leaving
+
+
+def test_a_subscription_of_a_worker_that_predates_the_member_flags_is_not_leaving() -> None:
+    data = _subscription().encode()
+    older = data[:-1]  # the flags are the last field, a single byte when 0
+    assert Subscription.decode(older) == _subscription()

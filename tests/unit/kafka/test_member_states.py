@@ -23,7 +23,7 @@ from worker.assignment.model import ASSIGNMENT_VERSION, JSON_VERSION, Assignment
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
 from worker.errors import FatalError, RebalanceInProgress
-from worker.kafka import membership
+from worker.kafka import group_coordinator, membership
 from worker.kafka.member_config import planner_config
 from worker.kafka.member_states import Assigned, Lost, MemberState
 from worker.kafka.membership import GroupMember
@@ -103,6 +103,8 @@ class FakeCoordinator:
 
     def is_leader(self, consumer: FakeConsumer) -> bool:
         return False
+
+    wait_for = staticmethod(group_coordinator.wait_for)  # on the fake's futures, as is
 
 
 def _assignment(*active: TaskId, standby: tuple[TaskId, ...] = ()) -> Assignment:

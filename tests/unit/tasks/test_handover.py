@@ -8,6 +8,8 @@ other instance's side is written into the fakes by hand.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.tasks.conftest import (
     COUNTS,
     COUNTS_CHANGELOG,
@@ -26,7 +28,7 @@ from worker.processing import ProcessorContext, Topology
 from worker.serde import JSON, STR
 from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.state.stream_time_marker import STREAM_TIME_KEY
-from worker.tasks.handover import ReleaseWatch
+from worker.tasks.handover import ReleaseWatch, TakeOverWatch
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task_context import TaskContext
 
@@ -229,3 +231,41 @@ def test_a_standby_named_in_a_release_of_its_round_takes_over_before_its_assignm
     assert harness.manager.tasks[T00].role is TaskRole.ACTIVE, "its assignment keeps it"
     assert len(harness.collector.changelog) == written, "nothing released back"
     harness.manager.close_all(clean=False)
+
+
+def test_a_task_taken_over_on_its_release_asks_the_group_for_no_offsets(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.manager.on_assigned(plan((), standby=(T00,)), incoming=frozenset({T00}))
+    released_by_other(harness, T00, generation=2, offset=7)
+
+    def joining(partitions: object) -> None:
+        raise AssertionError("an OffsetFetch waits for the JoinGroup while the member joins")
+
+    monkeypatch.setattr(harness.group_offsets, "committed_with_metadata", joining)
+    step(harness)
+
+    task = harness.manager.tasks[T00]
+    assert task.role is TaskRole.ACTIVE and task.state is TaskState.RUNNING
+    assert harness.consumer.added[-1][ev(T00)] == 7
+    harness.manager.close_all(clean=False)
+
+
+def test_a_take_over_shows_as_two_records_past_the_release_in_every_changelog() -> None:
+    ends = {cl(T00): 10, cl(T01): 20}
+    watch = TakeOverWatch(lambda tps: {tp: ends[tp] for tp in tps}, [cl(T00), cl(T01)])
+    ends[cl(T00)] = 11  # the old owner's transaction marker, after the baseline
+    assert not watch.taken_over()
+    ends[cl(T00)] = 12
+    assert not watch.taken_over(), "one new owner has written, the other not yet"
+    ends[cl(T01)] = 25
+    assert watch.taken_over()
+
+
+def test_the_last_hand_over_is_watched_for_its_take_over(harness: Harness) -> None:
+    assert harness.manager.take_over_watch() is None, "nothing released yet"
+    run(harness, T00)
+    harness.manager.on_assigned(plan((), generation=2))
+    assert harness.manager.take_over_watch() is not None
+    harness.manager.on_assigned(plan((), standby=(T01,), generation=3))
+    assert harness.manager.take_over_watch() is None, "only the last assignment's releases"

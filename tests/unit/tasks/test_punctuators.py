@@ -14,6 +14,7 @@ import pytest
 from tests.unit.tasks.conftest import (
     APP,
     COUNTS,
+    COUNTS_CHANGELOG,
     EVENTS,
     OUT,
     T00,
@@ -38,6 +39,7 @@ from worker.processing.handlers import RecordFailed
 from worker.processing.punctuators import ProcessorInitFailed
 from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
+from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
 from worker.tasks.task_context import TaskContext
@@ -228,6 +230,20 @@ def test_a_standby_recycled_into_an_active_runs_init_and_punctuates(
     harness.manager.on_assigned(roles(active=(T00,)))
     harness.restore()
 
+    assert app.inits == [("0_0", "count")]
+    assert tick(harness, 10) == 1
+
+
+def test_a_standby_taken_over_on_its_release_runs_init_and_punctuates(
+    harness: Harness, app: App
+) -> None:
+    harness.manager.on_assigned(roles(standby=(T00,)), incoming=frozenset({T00}))
+    marker = ReleaseMarker(1, {(EVENTS, 0): 0})
+    harness.restore_consumer.append(COUNTS_CHANGELOG, 0, RELEASE_KEY, None, marker.headers())
+    harness.tasks.restore_step(timeout=0.0)
+    harness.manager.check_releases()
+
+    assert harness.manager.tasks[T00].is_active
     assert app.inits == [("0_0", "count")]
     assert tick(harness, 10) == 1
 
