@@ -5,9 +5,9 @@ instances' redirects (``Location: http://{endpoint}/...``) and in their requests
 the group's routing map, so whatever text it holds becomes a URL authority elsewhere.
 Only a bare host and a port are accepted: a DNS name (letters, digits, ``-``, ``.``,
 ``_``), an IPv4 address, or an IPv6 address (without a zone) in brackets, then a port
-1-65535. Userinfo
-(``evil.com/@x:80`` and ``a@b:80``), paths, queries, fragments, spaces and an empty
-host are refused, so a member cannot send clients anywhere but to a host and port.
+1-65535. Userinfo (``evil.com/@x:80`` and ``a@b:80``), paths, queries, fragments,
+spaces and an empty host are refused, so a member cannot send clients anywhere but to
+a host and port.
 """
 
 from __future__ import annotations
