@@ -16,12 +16,16 @@ FROM python:3.11.7-slim-bookworm
 
 # WORKER_HTTP_HOST: the HTTP server must be reachable from outside the container
 # (probes, scraping); it overrides http.host from the config file.
+# WORKER_HTTP_MANAGEMENT_PORT: probes and /metrics on their own listener, so clients
+# holding every query connection (http.max.connections) never fail the health check;
+# like WORKER_HTTP_HOST it overrides the config file (pass -e to change it).
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
-    WORKER_HTTP_HOST=0.0.0.0
+    WORKER_HTTP_HOST=0.0.0.0 \
+    WORKER_HTTP_MANAGEMENT_PORT=8081
 
 RUN groupadd --system --gid 10001 worker \
     && useradd --system --uid 10001 --gid worker --no-create-home \
@@ -40,7 +44,7 @@ COPY config/worker.toml /etc/worker/worker.toml
 USER worker
 WORKDIR /var/lib/worker
 VOLUME /var/lib/worker
-EXPOSE 8080
+EXPOSE 8080 8081
 
 # slim has no curl: probe /healthz with the interpreter that is already there. The probe
 # reads the port (http.management.port, else http.port) and TLS from the same config

@@ -4,9 +4,10 @@ The endpoint an instance advertises (``application.server``) ends up in other
 instances' redirects (``Location: http://{endpoint}/...``) and in their requests for
 the group's routing map, so whatever text it holds becomes a URL authority elsewhere.
 Only a bare host and a port are accepted: a DNS name (letters, digits, ``-``, ``.``,
-``_``), an IPv4 address, or an IPv6 address in brackets, then a port 1-65535. Userinfo
-(``evil.com/@x:80`` and ``a@b:80``), paths, queries, fragments, spaces and an empty
-host are refused, so a member cannot send clients anywhere but to a host and port.
+``_``), an IPv4 address, or an IPv6 address (without a zone) in brackets, then a port
+1-65535. Userinfo (``evil.com/@x:80`` and ``a@b:80``), paths, queries, fragments,
+spaces and an empty host are refused, so a member cannot send clients anywhere but to
+a host and port.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ def parse_endpoint(text: str) -> Endpoint:
         if not sep:
             raise BadEndpoint("expected [ipv6]:port")
         try:
-            ipaddress.IPv6Address(host)
+            scoped = ipaddress.IPv6Address(host).scope_id is not None
         except ValueError:
             raise BadEndpoint(f"{host!r} in brackets is not an IPv6 address") from None
+        if scoped:  # a zone (%eth0) names this host's interface, meaningless elsewhere
+            raise BadEndpoint(f"{host!r}: an IPv6 zone is not reachable from other hosts")
     else:
         host, sep, port = text.rpartition(":")
         if not sep:

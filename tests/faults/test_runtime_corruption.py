@@ -87,6 +87,13 @@ def damage(sst: Path) -> None:
         fh.write(b"\xab" * (end - start))
 
 
+def active_answers(key: str, *workers) -> list[object]:  # type: ignore[no-untyped-def]
+    """The values the workers answer for ``key`` from an active (a 200); a standby's 503
+    and a redirect are left out."""
+    answers = [w.get(f"/stores/counts/keys/{key}") for w in workers]
+    return [orjson.loads(body)["value"] for status, body in answers if status == 200]
+
+
 def actives(worker) -> set[str]:  # type: ignore[no-untyped-def]
     status, body = worker.get("/tasks")
     assert status == 200, body
@@ -144,6 +151,11 @@ def test_a_corrupt_sst_block_found_at_run_time_heals_its_task_and_loses_nothing(
     damage(sst)
 
     statuses: Counter[int] = Counter()
+    # A range query reads through an iterator, a key query does not: both answer 503
+    # while the task heals, never 500.
+    status, body = a.get("/stores/counts/range?limit=100000")
+    statuses[status] += 1
+    assert status != 500, f"range: {body!r}"
     for key in target_keys[:: max(1, len(target_keys) // 200)]:
         status, body = a.get(f"/stores/counts/keys/{key}")
         statuses[status] += 1
@@ -192,7 +204,12 @@ def test_a_corrupt_sst_block_found_at_run_time_heals_its_task_and_loses_nothing(
         e for e in events[found:] if e.get("event") == "task.transition" and e["task_id"] in kept
     ]
     assert moved == [], "the other tasks kept running through the heal and its rebalance"
+    # Whichever worker holds the target's active now answers (b took it over; a warmup
+    # on ``a`` may have caught up and been given it back since).
     for key in target_keys[:50]:
-        status, body = b.get(f"/stores/counts/keys/{key}")
-        assert status == 200 and orjson.loads(body)["value"] == 2, (key, status, body)
+        wait_until(
+            lambda key=key: 2 in active_answers(key, a, b),
+            30,
+            message=f"{key} answered by its active: {active_answers(key, a, b)}",
+        )
     assert a.terminate() == 0 and b.terminate() == 0

@@ -380,6 +380,16 @@ def test_the_image_is_slim_non_root_with_the_state_dir_as_a_volume_and_a_healthc
     assert "--state-dir" in cmd and STATE_DIR in cmd
 
 
+def test_the_image_serves_probes_on_a_management_port_of_their_own() -> None:
+    # On the query port, clients holding every connection would make /healthz a 503.
+    steps = dockerfile()
+    env = " ".join(a for i, a in steps if i == "ENV")
+    port = re.search(r"WORKER_HTTP_MANAGEMENT_PORT=(\d+)", env)
+    assert port is not None
+    exposed = " ".join(a for i, a in steps if i == "EXPOSE").split()
+    assert port.group(1) in exposed
+
+
 def test_the_makefile_has_the_everyday_targets() -> None:
     text = (REPO / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z][a-z-]*):", text, flags=re.MULTILINE))

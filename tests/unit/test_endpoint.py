@@ -47,6 +47,7 @@ def test_host_port_and_bracketed_v6_are_endpoints(text: str, expected: Endpoint)
         "[::1]80",
         "[not-v6]:80",
         "[::1]:",
+        "[fe80::1%eth0]:80",
         "-host:80",
         "a..b:80",
         "http://host:80",

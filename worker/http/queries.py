@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from worker.assignment.model import encode_routing
 from worker.assignment.task_id import TaskId
+from worker.endpoint import BadEndpoint, parse_endpoint
 from worker.http.directory import RoutingDirectory
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.partitioner import partition_for
@@ -192,6 +193,8 @@ class QueryRouter:
                 (h for h in routing.standby_hosts_of(task_id) if h != routing.endpoint), None
             )
         if target is not None and target != routing.endpoint:
+            if not _is_endpoint(target):  # a member this version's parser would refuse
+                return unavailable(query, "its instance advertises no valid host:port", task_id)
             return redirect(query, task_id, target, self._scheme)
         if local is not None:
             why = f"task {task_id} is {local.kind} and {local.state} here"
@@ -293,6 +296,17 @@ def _read(query: _Query, task_id: TaskId, local: TaskStatus, stale: bool) -> Rep
     if encoding != "json":
         body["encoding"] = encoding
     return Reply(200, body, headers)
+
+
+def _is_endpoint(text: str) -> bool:
+    """True when ``text`` may become a URL authority: an older member, or anything else
+    that joined the group, may advertise what ``application.server`` refuses here (a
+    path, userinfo, a line break that would split the ``Location`` header)."""
+    try:
+        parse_endpoint(text)
+    except BadEndpoint:
+        return False
+    return True
 
 
 def redirect(query: Routed, task_id: TaskId, endpoint: str, scheme: str = "http") -> Reply:

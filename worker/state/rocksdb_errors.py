@@ -10,6 +10,7 @@ healed: :class:`StoreHealing`), or :class:`StoreError` (fatal).
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -62,7 +63,14 @@ def translate(path: Path, exc: BaseException) -> BaseException:
 
 
 def reraise(path: Path, exc: BaseException) -> NoReturn:
-    """Raise ``exc`` translated (chained to it), or ``exc`` itself if it is not rocksdict's."""
+    """Raise ``exc`` translated (chained to it), or ``exc`` itself if it is not rocksdict's.
+
+    The finished frames of ``exc``'s traceback are cleared first (their lines stay): one
+    of them may hold a RocksDB iterator in a local, which pins the database and its LOCK
+    for as long as the error lives. A query thread still unwinding a corrupt read would
+    otherwise keep the store locked while the processing thread wipes and reopens it.
+    """
+    traceback.clear_frames(exc.__traceback__)
     translated = translate(path, exc)
     if translated is exc:
         raise exc

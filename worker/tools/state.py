@@ -249,6 +249,7 @@ def wipe_command(
         fail(f"{exc} (task ids look like 0_3)", 2)
     settings = tool_settings(config, sets)
     root, app_dir = _app_dir(settings, state_dir)
+    _require_owner(app_dir)
     directory = StateDirectory(root, settings.application_id)
     try:
         with logs_to_stderr():
@@ -266,6 +267,22 @@ def wipe_command(
     finally:
         with logs_to_stderr():
             directory.close()
+
+
+def _require_owner(app_dir: Path) -> None:
+    """Exit 1 unless this process runs as ``app_dir``'s owner.
+
+    A wipe takes the worker's lock and may create ``.lock`` and ``process.json``: run as
+    another user (root, under umask 077) it would leave files the worker cannot open,
+    and the worker would then fail at every start.
+    """
+    owner, me = app_dir.stat().st_uid, os.geteuid()
+    if owner != me:
+        fail(
+            f"refusing to wipe: {app_dir} belongs to uid {owner} and this runs as uid {me};"
+            " run it as the worker's user (sudo -u <user> worker state wipe ...)",
+            1,
+        )
 
 
 def _wipe(directory: StateDirectory, app_dir: Path, task_ids: list[TaskId], yes: bool) -> None:

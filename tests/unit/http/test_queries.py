@@ -6,6 +6,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import orjson
+import pytest
 
 from tests.unit.http.conftest import (
     ME,
@@ -120,6 +121,21 @@ def test_a_key_whose_task_is_active_elsewhere_redirects_to_that_instance(
     assert reply.headers["Location"] == f"http://{OTHER}/stores/counts/keys/{key}"
     assert reply.headers["X-Worker-Endpoint"] == OTHER
     assert reply.body["endpoint"] == OTHER
+    assert reply.body["task"] == "0_3"
+
+
+@pytest.mark.parametrize("advertised", ["evil.com/@x:80", "h:80\r\nSet-Cookie: a=b", "h:99999"])
+def test_an_instance_advertising_no_valid_endpoint_is_never_a_redirect_target(
+    router: QueryRouter, box: StatusBox, stores: Stores, advertised: str
+) -> None:
+    box.current = snapshot(
+        stores, {"0_0": ("active", "running")}, {ME: ["0_0"], advertised: ["0_3"]}
+    )
+
+    reply = ask(router, "counts", key_on(3))
+
+    assert reply.status == 503
+    assert "Location" not in reply.headers and "X-Worker-Endpoint" not in reply.headers
     assert reply.body["task"] == "0_3"
 
 

@@ -14,6 +14,7 @@ import pytest
 from tests.support.restoring import restore_pairs
 from worker.errors import StateLocked, StoreCorrupted
 from worker.state.rocksdb_env import MiB, RocksDBEnv
+from worker.state.scan import KeyRange
 from worker.state.store import Store, StoreClosedError, StoreError
 
 T0 = ("orders-changelog", 0)
@@ -414,6 +415,35 @@ def test_corrupt_block_is_reported_while_iterating(path: Path, env: RocksDBEnv) 
             list(store.iter_committed())
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("reader", ["query", "scan"])
+def test_a_store_whose_corrupt_read_error_is_still_alive_can_be_wiped_and_reopened(
+    path: Path, env: RocksDBEnv, reader: str
+) -> None:
+    # A query thread still unwinding its error (or a caller keeping it) while the
+    # processing thread heals the task must not keep the database's LOCK.
+    make_store_with_files(path, env)
+    sst = max(path.glob("*.sst"), key=lambda p: p.stat().st_size)
+    with sst.open("r+b") as file:
+        file.seek(100)
+        file.write(b"\xab" * 2000)
+    store = Store.open(path, env, "counts")
+    reports: list[str] = []
+    store.corruption_found = reports.append
+    with pytest.raises((StoreCorrupted, StoreClosedError)) as raised:
+        if reader == "query":
+            store.read_committed_range(KeyRange())
+        else:
+            with store.scan() as found:
+                list(found)
+    kept = raised.value
+    store.close()
+    for child in path.iterdir():
+        child.unlink()
+
+    Store.open(path, env, "counts").close()
+    assert "checksum" in str(kept)
 
 
 def test_unknown_format_version_is_reported_as_corrupted(path: Path, env: RocksDBEnv) -> None:

@@ -3,6 +3,7 @@ task directory, a look-alike task name or an application id of dots never lead i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,18 @@ def test_an_application_id_that_is_not_one_directory_name_is_a_config_error(
     assert result.returncode == 2
     assert "application.id" in result.stderr and "Traceback" not in result.stderr
     assert (beside / "0_1").is_dir() and (root / APP / "0_1").is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the directory to another user needs root")
+def test_wipe_run_by_another_user_than_the_directory_s_owner_is_refused(root: Path) -> None:
+    # root under umask 077 would leave a .lock the worker's own user cannot open.
+    for path in (root / APP, *(root / APP).rglob("*")):
+        os.chown(path, 65534, 65534, follow_symlinks=False)
+    (root / APP / ".lock").unlink()
+
+    result = state(root, "wipe", "0_1", "--yes")
+
+    assert result.returncode == 1
+    assert "belongs to uid 65534" in result.stderr and "Traceback" not in result.stderr
+    assert (root / APP / "0_1" / "rocksdb" / "counts").is_dir()
+    assert not (root / APP / ".lock").exists()
