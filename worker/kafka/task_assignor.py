@@ -177,7 +177,11 @@ class TaskAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         keys = _client_keys(subscriptions)
         leaving = sorted(keys[m] for m, sub in subscriptions.items() if sub.leaving)
         result = self._plan(tasks, {keys[m]: sub for m, sub in subscriptions.items()}, leaving)
-        active_hosts = _hosts(result.active, subscriptions, keys)
+        # A task moving this round is active nowhere until its release (or the follow-up
+        # round); its queries go to the owner it is moving to, which answers 503 until it
+        # runs it, rather than to nobody until the next rebalance.
+        routed_active = _merge(result.active, _by_owner(result.pending_moves))
+        active_hosts = _hosts(routed_active, subscriptions, keys)
         standby_hosts = _hosts(_merge(result.standby, result.warmup), subscriptions, keys)
         prober = min(set(keys.values()) - set(leaving), default="")
         version = min((s.latest_supported for s in subscriptions.values()), default=JSON_VERSION)
@@ -366,6 +370,14 @@ def _hosts(
         if sub.endpoint:
             hosts[sub.endpoint] = hosts.get(sub.endpoint, frozenset()) | tasks_by_key[keys[member]]
     return hosts
+
+
+def _by_owner(moves: Mapping[TaskId, str]) -> dict[str, frozenset[TaskId]]:
+    """Pending moves as client key -> the tasks moving to it."""
+    owners: dict[str, frozenset[TaskId]] = {}
+    for task, key in moves.items():
+        owners[key] = owners.get(key, frozenset()) | {task}
+    return owners
 
 
 def _merge(
