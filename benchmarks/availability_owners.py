@@ -47,6 +47,9 @@ PARTITIONS = 6
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
 
 
+KILL = "kill -9"  # the kind of an event that SIGKILLed its worker
+
+
 @dataclass(frozen=True)
 class Event:
     at: float  # epoch s, when the signal was sent or the process launched

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from benchmarks.availability_owners import (
+    KILL,
     PARTITIONS,
     TASKS,
     Event,
@@ -185,7 +186,7 @@ class Group:
 
     def kill(self, name: str) -> None:
         at = time.time()
-        self.events.append(Event(at, "kill -9", name))
+        self.events.append(Event(at, KILL, name))
         self.exits[name].append(at)
         self.workers[name].kill()
 

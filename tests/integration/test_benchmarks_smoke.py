@@ -37,7 +37,8 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
                     "share of tasks stalled > 1.5 s per event (mean)",
                 )
             ),
-            "exactly_once_v2: longest stall of a moved task with a standby, warmup or local copy",
+            "exactly_once_v2: longest stall of a moved task with a copy, handed over",
+            "exactly_once_v2: longest stall of a moved task with a copy, its owner killed",
         ],
     ),
     "throughput": ("Processing throughput", ["processing, records/s"]),
