@@ -20,9 +20,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.apps import windowed
+from tests.support.kafka_io import read_partition
 from worker.partitioner import partition_for
 from worker.state.rocksdb_env import MiB, RocksDBEnv
-from worker.state.window_format import is_meta_key
+from worker.state.window_format import OBSERVED_MS, decode_fixed_key, decode_meta, is_meta_key
 from worker.state.window_store import WindowLayout
 from worker.state.window_stores import FixedWindowStore
 
@@ -61,6 +62,24 @@ def live_windows(events: list[tuple[str, int]]) -> int:
         starts = {(k, ts // windowed.MINUTE * windowed.MINUTE) for k, ts in found}
         live += sum(1 for _k, start in starts if start >= observed - windowed.RETENTION_MS)
     return live
+
+
+def expired_records(bootstrap: str, changelog: str) -> int:
+    """The window records of ``changelog`` expired at the last observed time of their
+    partition: every one a cold restore skips."""
+    expired = 0
+    for partition in range(PARTITIONS):
+        records = [
+            (key, value)
+            for _offset, key, value in read_partition(bootstrap, changelog, partition)
+            if key is not None and value is not None
+        ]
+        observed = max(decode_meta(value, -1) for key, value in records if key == OBSERVED_MS)
+        live_from = observed - windowed.RETENTION_MS
+        expired += sum(
+            1 for key, _ in records if not is_meta_key(key) and decode_fixed_key(key)[0] < live_from
+        )
+    return expired
 
 
 def windows_on_disk(state_dir: Path) -> int:
@@ -107,15 +126,23 @@ def test_a_window_store_restores_its_tail_and_only_live_windows(worker_factory, 
     # Every commit stored its changelog offset with the data: nothing (or the last
     # commit's few records) comes back, not the changelog's history.
     assert w.metric("worker_restored_records_total") < 100
+    code, body = w.get(f"/stores/{windowed.PER_MINUTE}/windows?limit=1000")
+    assert code == 200
+    before = orjson.loads(body)
 
     assert w.terminate() == 0
     shutil.rmtree(w.state_dir)
     w.start()
     w.wait_ready(120)
     restored = w.metric("worker_restored_records_total")
+    # The changelog's tail told the restore where it ends: every window expired by then
+    # was skipped, whatever batch it came in.
+    skipped = w.metric("worker_window_restore_skipped_records_total")
+    assert skipped == expired_records(bootstrap, changelog) > 0
     code, body = w.get(f"/stores/{windowed.PER_MINUTE}/windows?limit=1000")
     answer = orjson.loads(body)
     assert code == 200 and answer["complete"], answer
+    assert answer["windows"] == before["windows"]
     key = events[-1][0]
     code, body = w.get(f"/stores/{windowed.PER_MINUTE}/windows?key={key}")
     assert code == 200 and orjson.loads(body)["windows"] == [

@@ -29,6 +29,7 @@ from worker.http.queries import QueryRouter
 from worker.http.security import http_security
 from worker.http.server import HttpServer
 from worker.kafka.admin import Admin
+from worker.kafka.changelog_tail import ChangelogTailReader
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.membership import GroupMember
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
@@ -147,13 +148,15 @@ def assemble(
     stack.callback(watermarks.close)
     restore_consumer = RestoreConsumer(settings)
     stack.callback(restore_consumer.close)
+    changelog_tail = ChangelogTailReader(settings)
+    stack.callback(changelog_tail.close)
     env = RocksDBEnv(settings.rocksdb_memory_bytes)
     metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
     metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
     metrics.store_open_iterators.set_function(env.open_scan_count)
     ctx = TaskContext(settings, state_dir, env, collector, metrics, clock)
     reader: ChangelogReader[Task] = ChangelogReader(
-        restore_consumer, metrics, settings.restore_batch_records, clock
+        restore_consumer, metrics, settings.restore_batch_records, clock, changelog_tail.read
     )
     member = GroupMember(
         settings,

@@ -28,9 +28,9 @@ so a standby or a restored task resumes with it. Only tombstones' keys are compa
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from worker.assignment.task_id import TP, TaskId
 from worker.clock import Clock, SystemClock
@@ -59,6 +59,16 @@ class Restorable(Protocol):
 
 
 T = TypeVar("T", bound=Restorable)
+TailRecords = list[tuple[bytes, bytes | None]]
+TailReader = Callable[[Iterable[TP]], Mapping[TP, TailRecords]]
+
+
+@runtime_checkable
+class TailAware(Protocol):
+    """A store that reads the end of its changelog before restoring it (windowed stores:
+    ``WindowedStore.learn_changelog_tail``)."""
+
+    def learn_changelog_tail(self, records: Iterable[tuple[bytes, bytes | None]]) -> None: ...
 
 
 class ChangelogState(enum.Enum):
@@ -145,8 +155,11 @@ class ChangelogReader(Generic[T]):
         metrics: Metrics,
         batch_records: int,
         clock: Clock | None = None,
+        tail: TailReader | None = None,
     ) -> None:
+        """``tail`` reads the last records of changelog partitions (None: never read)."""
         self._consumer = consumer
+        self._tail = tail
         self._metrics = metrics
         self._batch = batch_records
         self._clock = clock or SystemClock()
@@ -175,11 +188,20 @@ class ChangelogReader(Generic[T]):
             )
             self._changelogs[tp] = _Changelog(task, stores[tp], start or 0, standby, fsm)
         self._tasks[task.id] = entry
+        self._learn_tails(stores)
         self._consumer.add(positions)
         if standby and self._standbys_paused:
             self._consumer.pause(positions)
         event = STANDBY_START if standby else RESTORE_START
         task.log.info(event, positions={f"{t}-{p}": o for (t, p), o in positions.items()})
+
+    def _learn_tails(self, stores: Mapping[TP, Store]) -> None:
+        """Before reading, hand each :class:`TailAware` store its changelog's last records."""
+        aware = {tp: store for tp, store in stores.items() if isinstance(store, TailAware)}
+        if not aware or self._tail is None:
+            return
+        for tp, records in self._tail(aware).items():
+            aware[tp].learn_changelog_tail(records)
 
     def unregister(self, task: T) -> None:
         """Stop reading for ``task`` (closed, revoked or recycled); progress so far is kept."""

@@ -50,7 +50,7 @@ at both ends, as Kafka Streams' ``fetch(key, from, to)``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from worker.clock import MAX_TIME_MS
@@ -331,3 +331,21 @@ def is_expired(time_ms: int, observed_ms: int, retention_ms: int) -> bool:
     ``observed - retention`` reads as absent, even while still on disk (KAFKA-12960);
     a restore skips such records too."""
     return time_ms < observed_ms - retention_ms
+
+
+def progress_floor(records: Iterable[tuple[bytes, bytes | None]]) -> tuple[int, int | None]:
+    """``(observed time, emit progress)``: the largest :data:`OBSERVED_MS` and
+    :data:`LAST_EMITTED_CLOSE` among changelog ``records`` (-1 and None when absent).
+
+    Both only rise, so any record of them the changelog holds bounds from below what a
+    restore reading it to the end ends with, and so does the expiry cutoff they give.
+    """
+    observed, emitted = -1, None
+    for key, value in records:
+        if value is None:
+            continue
+        if key == OBSERVED_MS:
+            observed = max(observed, decode_meta(value, -1))
+        elif key == LAST_EMITTED_CLOSE:
+            emitted = max(emitted or 0, decode_meta(value, 0))
+    return observed, emitted

@@ -24,13 +24,13 @@ time retention, so the broker drops old windows by itself.
 **Restore and standbys.** :meth:`restore_batch` gathers a fetched batch instead of
 writing it at once; :meth:`write_restored` first advances the observed time (and the emit
 progress) to what the batch carries, then writes only the records still above the expiry
-cutoff, after the same range delete. A cold restore of a long changelog therefore ends
-with what its active held (the live windows, and those of the expiry step not reached
-yet), and a standby stays as bounded as its active. A batch judges its records by the
-observed time it carries, not by the changelog's last: a changelog in time order has few
-records expired within their own batch, so a cold restore writes most of what the broker
-still holds and deletes it by range as the observed time climbs (the windowed restore
-benchmark counts both).
+cutoff, after the same range delete. A batch alone knows little: a changelog in time
+order has almost nothing expired within its own batch. So before reading, the changelog
+reader hands the store the last records of the partition
+(:meth:`learn_changelog_tail`); the progress they carry is a lower bound of what the
+restore ends with, and every batch skips what is expired by it. A cold restore then
+writes about the windows still inside retention, and a standby stays as bounded as its
+active.
 
 Owner thread only, as :class:`Store`; the ``committed_*`` reads of ``window_stores.py``
 may run on any thread (interactive queries), under the store's close lock.
@@ -38,7 +38,7 @@ may run on any thread (interactive queries), under the store's close lock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, Self, cast
@@ -58,6 +58,7 @@ from worker.state.window_format import (
     expiry_cutoff,
     is_meta_key,
     plan_expiry,
+    progress_floor,
     segment_interval,
 )
 
@@ -131,6 +132,11 @@ class _NoEvents:
         return None
 
 
+def _later(emitted: int | None, other: int | None) -> int | None:
+    """The later of two emit progresses, None (no emit-final marker) counting as none."""
+    return emitted if other is None else max(emitted or 0, other)
+
+
 class StoredWindow(NamedTuple):
     """One window as the store holds it: the key's bytes, its bounds, the largest record
     time written to it (``max_ts_ms``: its output's timestamp) and its value's bytes."""
@@ -182,6 +188,7 @@ class WindowedStore(Store):
     expired_upto: int
     dropped_writes: int  # writes to expired windows, dropped (for metrics and tests)
     restore_skipped: int  # restored records past the cutoff, not written
+    _restore_floor: tuple[int, int | None]  # (observed, emitted) the changelog's tail holds
     expiry_ranges: int  # range deletes buffered
     _step_ms: int  # layout.interval_ms
     _observed_unwritten: bool  # observed_ms rose since it was last buffered
@@ -207,6 +214,7 @@ class WindowedStore(Store):
         store._step_ms = layout.interval_ms
         store.events = _NoEvents() if events is None else events
         store.dropped_writes = store.restore_skipped = store.expiry_ranges = 0
+        store._restore_floor = (-1, None)
         store._load_progress()
         return store
 
@@ -344,6 +352,15 @@ class WindowedStore(Store):
 
     # -- restore ---------------------------------------------------------------------
 
+    def learn_changelog_tail(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Records read from the end of this store's changelog before it is restored or
+        tailed from an earlier offset: the progress they carry (:func:`progress_floor`)
+        bounds the restore's end from below (it reads to the end, and both only rise), so
+        :meth:`write_restored` skips every window expired by then. Never lowers it."""
+        observed, emitted = progress_floor(records)
+        floor_observed, floor_emitted = self._restore_floor
+        self._restore_floor = (max(observed, floor_observed), _later(floor_emitted, emitted))
+
     def restore_batch(self) -> RestoreBatch:
         """A batch that gathers the fetched records (see :meth:`write_restored`)."""
         return _Gathered()
@@ -357,7 +374,8 @@ class WindowedStore(Store):
         """Write one fetched batch, skipping what has expired, in one atomic write.
 
         Steps: 1. the observed time and emit progress advance to the largest the batch
-        carries; 2. the expiry plan for them becomes the write's range delete; 3. the
+        carries, and the cutoff is judged by them or the changelog tail's, whichever is
+        later; 2. the expiry plan for it becomes the write's range delete; 3. the
         records are added in order, except windows below the expiry cutoff (tombstones
         always pass) and the active's ``EXPIRED_UPTO`` (expiry progress is local); 4.
         one write with the offsets (``Store.write_restored``); 5. the progress is kept.
@@ -365,13 +383,11 @@ class WindowedStore(Store):
         if not isinstance(batch, _Gathered):
             super().write_restored(batch, offsets, stream_time)
             return
-        observed, emitted = self.observed_ms, self.last_emitted_close
-        for key, value in batch.records:
-            if value is not None and key == OBSERVED_MS:
-                observed = max(observed, decode_meta(value, -1))
-            elif value is not None and key == LAST_EMITTED_CLOSE:
-                emitted = max(emitted or 0, decode_meta(value, 0))
-        cutoff = self._cutoff(observed, emitted)
+        observed, emitted = progress_floor(batch.records)
+        observed = max(self.observed_ms, observed)
+        emitted = _later(self.last_emitted_close, emitted)
+        floor_observed, floor_emitted = self._restore_floor
+        cutoff = self._cutoff(max(observed, floor_observed), _later(emitted, floor_emitted))
         layout = self.layout
         plan = plan_expiry(
             cutoff, self.expired_upto, layout.interval_ms, segmented=layout.segmented

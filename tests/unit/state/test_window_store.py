@@ -12,7 +12,7 @@ from tests.support.restoring import restore_pairs
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.scan import ScanRangeError
 from worker.state.store import Store
-from worker.state.window_format import EXPIRED_UPTO, OBSERVED_MS
+from worker.state.window_format import EXPIRED_UPTO, LAST_EMITTED_CLOSE, OBSERVED_MS
 from worker.state.window_store import WindowLayout
 from worker.state.window_stores import FixedWindowStore, SessionStore
 
@@ -256,3 +256,73 @@ def test_the_commit_of_an_expiry_compacts_the_expired_files_away(
     assert [k for k, _ in windows.iter_committed() if k[0] != 0xFF] == [
         (6 * MINUTE).to_bytes(8, "big") + b"z"
     ]
+
+
+def minute_records(minutes: range, keys: bytes = b"k") -> list[tuple[bytes, bytes | None]]:
+    """A changelog in time order as its active committed it: each minute one window per
+    key, then the observed time."""
+    records: list[tuple[bytes, bytes | None]] = []
+    for m in minutes:
+        stamp = (m * MINUTE).to_bytes(8, "big")
+        records += [(stamp + bytes([key]), stamp + b"v") for key in keys]
+        records.append((OBSERVED_MS, stamp))
+    return records
+
+
+def test_a_restore_told_the_changelog_tail_writes_only_the_windows_live_at_its_end(
+    windows: FixedWindowStore,
+) -> None:
+    history = minute_records(range(30), b"ab")
+    windows.learn_changelog_tail(history[-5:])
+    for batch in range(0, len(history), 9):  # batches of 3 minutes: nothing expired within
+        restore_pairs(windows, history[batch : batch + 9], {TP: batch + 8})
+    on_disk = [k for k, _ in windows.iter_committed() if k[0] != 0xFF]
+    # live from 29 - 2 = 27 min: starts 27, 28, 29 for both keys; none other ever written
+    starts = [(m * MINUTE).to_bytes(8, "big") for m in (27, 28, 29)]
+    assert on_disk == [start + key for start in starts for key in (b"a", b"b")]
+    assert windows.restore_skipped == 2 * 27
+    assert windows.observed_ms == 29 * MINUTE
+
+
+def test_a_late_update_within_grace_to_an_older_window_survives_the_restore(
+    windows: FixedWindowStore,
+) -> None:
+    seven = (7 * MINUTE).to_bytes(8, "big")
+    history = minute_records(range(10))
+    history.append((seven + b"k", seven + b"late"))  # after observed 9 min: 7 is still live
+    windows.learn_changelog_tail(history[-3:])
+    for batch in range(0, len(history), 4):
+        restore_pairs(windows, history[batch : batch + 4], {TP: batch + 3})
+    found = windows.get_window(b"k", 7 * MINUTE)
+    assert found is not None and found.value == b"late"
+    assert [w.start_ms for w in windows.fetch_all_windows(0, 10 * MINUTE)] == [
+        m * MINUTE for m in (7, 8, 9)
+    ]
+    assert windows.restore_skipped == 7
+
+
+def test_a_changelog_tail_never_lowers_what_the_store_skips_by(windows: FixedWindowStore) -> None:
+    windows.learn_changelog_tail(minute_records(range(9, 10)))
+    windows.learn_changelog_tail(minute_records(range(3, 4)))  # an older tail: no effect
+    restore_pairs(windows, minute_records(range(5)), {TP: 9})
+    assert windows.restore_skipped == 5  # 0..4 all below 9 - 2
+
+
+def test_an_emit_final_store_told_only_the_observed_time_skips_nothing_unemitted(
+    tmp_path: Path, env: RocksDBEnv
+) -> None:
+    layout = WindowLayout(False, 2 * MINUTE, MINUTE, MINUTE, hold_until_emitted=True)
+    store = FixedWindowStore.open_windowed(tmp_path / "f", env, "f", layout)
+    try:
+        history = minute_records(range(10))
+        store.learn_changelog_tail(history[-2:])
+        restore_pairs(store, history, {TP: 19})
+        assert store.restore_skipped == 0
+        emitted = (LAST_EMITTED_CLOSE, (5 * MINUTE).to_bytes(8, "big"))
+        store.learn_changelog_tail([emitted])
+        restore_pairs(store, minute_records(range(10, 11)), {TP: 21})
+        assert store.restore_skipped == 0  # minute 10 is live
+        restore_pairs(store, minute_records(range(4, 6)), {TP: 25})  # a replay, say
+        assert store.restore_skipped == 1  # minute 4 was emitted and expired, 5 was not
+    finally:
+        store.close()

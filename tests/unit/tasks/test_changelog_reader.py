@@ -307,3 +307,15 @@ def test_a_standby_changelog_stays_updating_through_its_ends(
     assert committed(task, COUNTS) == {b"a": b"1"}
     assert changelog_moves(logs) == []
     assert reader.lag(task.id) == 0
+
+
+def test_key_value_stores_never_ask_for_their_changelog_tail(
+    task: Task, changelogs: FakeRestoreConsumer, metrics: Metrics
+) -> None:
+    write(changelogs, CL, (b"a", b"1"))
+    asked: list[object] = []
+    reader = ChangelogReader(changelogs, metrics, 10, tail=asked.append)  # type: ignore[arg-type]
+    reader.register(task)
+    restore_all(reader)
+    assert asked == []
+    assert committed(task, COUNTS) == {b"a": b"1"}

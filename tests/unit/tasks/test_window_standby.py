@@ -74,3 +74,37 @@ def test_a_standby_window_store_stays_bounded_by_retention(ctx: TaskContext) -> 
         ]
     finally:
         task.close(clean=False)
+
+
+def test_a_cold_restore_reads_the_changelog_tail_first_and_writes_only_live_windows(
+    ctx: TaskContext,
+) -> None:
+    changelogs = FakeRestoreConsumer()
+    minutes = 60
+    for minute in range(minutes):
+        for key in (b'"a"', b'"b"'):
+            stored = fixed_key(minute * MINUTE, key)
+            changelogs.append(CHANGELOG[0], 1, stored, encode_value(minute * MINUTE, b"1"))
+        changelogs.append(CHANGELOG[0], 1, OBSERVED_MS, encode_meta(minute * MINUTE))
+    asked: list[set[tuple[str, int]]] = []
+
+    def tail(partitions):  # type: ignore[no-untyped-def]
+        asked.append(set(partitions))
+        return {tp: [(k, v) for _o, k, v in changelogs.logs[tp][-3:]] for tp in partitions}
+
+    task = Task(T01, TaskRole.ACTIVE, windowed_topology().subtopologies[0], ctx)
+    task.open()
+    try:
+        reader = ChangelogReader(changelogs, Metrics(), 30, tail=tail)  # type: ignore[arg-type]
+        reader.register(task)
+        for _ in range(20):
+            if reader.step(0.0):
+                break
+        assert asked == [{CHANGELOG}]
+        store = task.stores["per-minute"]
+        assert isinstance(store, FixedWindowStore)
+        on_disk = [k for k, _ in store.iter_committed() if k[0] != 0xFF]
+        assert len(on_disk) == 6  # starts 57, 58 and 59 of both keys: never wrote others
+        assert store.restore_skipped == 2 * (minutes - 3)
+    finally:
+        task.close(clean=False)
