@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import confluent_kafka as ck
+
 from benchmarks import plots
 from benchmarks.apps import HOURLY_RETENTION_MS, SUMS_INPUT, WINDOWED_OUTPUT
 from benchmarks.harness import (
@@ -36,7 +38,7 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
-from benchmarks.kafka_io import create_topics, produce
+from benchmarks.kafka_io import create_topics, produce, raw_consumer
 from benchmarks.results import PlotPath, Result, Row, table
 from benchmarks.windowed_retention import HOUR_MS, churn_records
 from benchmarks.windowed_retention import Params as ChurnParams
@@ -118,7 +120,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     first.kill()
     changelog = lambda: changelog_timestamps(bootstrap, changelog_topic(app_id))  # noqa: E731
     after_kill, second = _restore(ctx, "after-kill", settings, state_dir, changelog)
-    _wait_idle(second, params.records - kill_at)
+    _wait_done(second, bootstrap, app_id)
     stop_worker(second)
     before = stored_windows(state_dir, HOURLY_RETENTION_MS)
     shutil.rmtree(state_dir)
@@ -129,17 +131,23 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     return Measured(params, after_kill, before, cold, after)
 
 
-def _wait_idle(worker: WorkerProcess, at_least: int) -> None:
-    """Until ``worker`` processed ``at_least`` records and then nothing for 2 s (it
-    resumed at its last commit, before the kill: it processes a little more than the
-    rest), and committed."""
-    seen: list[float] = []
+def _wait_done(worker: WorkerProcess, bootstrap: str, group: str) -> None:
+    """Until the application's committed input offsets reach the input's end, and the
+    worker holds nothing uncommitted. Judged by the group's offsets, not by a count of
+    records: the killed worker may have committed well past ``kill_at`` before its kill,
+    so how much is left for this one is not known beforehand."""
+    consumer = raw_consumer(bootstrap, group)
+    parts = [ck.TopicPartition(SUMS_INPUT, p) for p in range(PARTITIONS)]
+    ends = [consumer.get_watermark_offsets(tp, 10)[1] for tp in parts]
 
-    def idle() -> bool:
-        seen.append(metric_or_zero(worker, "worker_processed_records_total"))
-        return len(seen) > 10 and seen[-1] >= at_least and seen[-1] == seen[-11]
+    def done() -> bool:
+        committed = consumer.committed(parts, 10)
+        return all(tp.offset >= end for tp, end in zip(committed, ends, strict=True))
 
-    wait_for(idle, max(120.0, at_least / 2000), "the rest processed", 0.2, [worker])
+    try:
+        wait_for(done, 180.0, "the input committed to its end", 0.2, [worker])
+    finally:
+        consumer.close()
     wait_for(lambda: worker.metric("worker_uncommitted_bytes") == 0, 60, "a commit")
 
 
