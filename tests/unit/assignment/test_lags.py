@@ -101,3 +101,17 @@ def test_only_reported_and_running_tasks_are_listed_per_client() -> None:
     found = lags.task_lags(list(PARTS), PARTS, ends, clients)
     assert found.reported == {"a": {}, "b": {T(0, 0): 0, T(0, 1): 15}}
     assert found.unreported == {T(0, 0): 20, T(0, 1): 20}
+
+
+def test_a_warmup_is_measured_against_its_owners_report_not_the_later_listed_ends() -> None:
+    # Reports are taken at each member's JoinGroup, the ends seconds later at planning:
+    # a busy changelog has grown by then, a warmup as current as its owner would look
+    # thousands behind in every round (and the group would probe forever).
+    ends = {("c1", 0): 9000, ("c2", 0): 3000}
+    clients = {
+        "owner": _sub({T(0, 0): 8000}, frozenset({T(0, 0)})),
+        "warmup": _sub({T(0, 0): 7400}),
+        "fresh": _sub({}),
+    }
+    lags = task_lags([T(0, 0)], PARTS, ends, clients)
+    assert lags == {"owner": {T(0, 0): 0}, "warmup": {T(0, 0): 600}, "fresh": {T(0, 0): 12000}}
