@@ -8,11 +8,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.support.ports import PortRegistry
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.duration(5)]
 
@@ -53,10 +53,9 @@ def test_a_signal_to_the_dev_broker_command_stops_its_broker_child(
 
         expected = -signal.SIGKILL if signum == signal.SIGKILL else 0  # SIGKILL: no stop
         assert command.wait(timeout=30) == expected
-        deadline = time.monotonic() + 15
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child), f"broker pid {child} outlived the command"
+        wait_until(
+            lambda: not alive(child), 15, 0.05, f"broker pid {child} to exit with the command"
+        )
     finally:
         if command.poll() is None:
             command.kill()
