@@ -77,7 +77,6 @@ from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 
-
 # How long a join waits for the source topics' metadata before it starts without it.
 METADATA_WAIT_S = 10.0
 
