@@ -15,6 +15,8 @@ TEST_WORKERS ?= 6
 UNIT_WORKERS ?= 2
 # e.g. make demo DEMO_ARGS='--duration 20 --rate 1000'
 DEMO_ARGS ?=
+# make demo DEMO_BROKER=kafka: the same demo on Apache Kafka (default: the embedded broker)
+DEMO_BROKER ?= embedded
 
 .DEFAULT_GOAL := help
 .PHONY: help install kafka test test-unit demo bench lint docker constraints clean
@@ -59,7 +61,8 @@ test-unit: install
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m 'not integration and not faults' $(PYTEST_ARGS) tests/unit tests/property
 
 demo: install
-	$(BIN)/worker dev demo $(DEMO_ARGS)
+	$(if $(filter kafka,$(DEMO_BROKER)),@$(MAKE) --no-print-directory kafka)
+	$(BIN)/worker dev demo $(if $(filter kafka,$(DEMO_BROKER)),--kafka) $(DEMO_ARGS)
 
 bench:
 	@test -d benchmarks || { echo "no benchmarks/ directory in this checkout: nothing to run" >&2; exit 1; }
