@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks import count_sum, plots, profiling, throughput, windowed
 from benchmarks.apps import SUMS_INPUT, SUMS_OUTPUT, WINDOWED_OUTPUT
@@ -32,7 +33,15 @@ from benchmarks.count_sum import amount_records
 from benchmarks.harness import RunContext, start_broker
 from benchmarks.kafka_io import create_topics, produce
 from benchmarks.kafka_streams_build import ensure_built
-from benchmarks.kafka_streams_runs import JVM_HEAP, Run, streams_run, worker_run
+from benchmarks.kafka_streams_runs import (
+    JVM_HEAP,
+    OTHER_THREADS,
+    THREAD_KINDS,
+    Run,
+    records_in,
+    streams_run,
+    worker_run,
+)
 from benchmarks.measure import steady_rate_or_span
 from benchmarks.results import PlotPath, Result, Row, table
 from worker.dev.kafka_install import KAFKA_VERSION
@@ -56,10 +65,15 @@ class Params:
     commit_interval_ms: int = 1000
     rounds: int = 2  # pairs of runs per topology and guarantee, the order alternating
     guarantees: tuple[str, ...] = GUARANTEES
+    # One more Kafka Streams run per topology, at-least-once, its record cache on at its
+    # default size: what a user gets out of the box (fewer outputs: updates folded).
+    cached: bool = True
 
 
 FULL = Params(records=500_000, keys=100_000)
-QUICK = Params(records=10_000, keys=1_000, rounds=1, guarantees=GUARANTEES[:1])
+QUICK = Params(records=10_000, keys=1_000, rounds=1, guarantees=GUARANTEES[:1], cached=False)
+CACHE_BYTES = 10 * 1024 * 1024  # statestore.cache.max.bytes' default
+OUTPUTS = {"count_sum": SUMS_OUTPUT, "windowed": WINDOWED_OUTPUT}
 
 
 @dataclass(frozen=True)
@@ -72,9 +86,18 @@ class Pair:
 
 
 @dataclass(frozen=True)
+class Cached:
+    """Kafka Streams with its record cache on: the run and the outputs it wrote."""
+
+    run: Run
+    outputs: int
+
+
+@dataclass(frozen=True)
 class Measured:
     params: Params
     pairs: list[Pair]
+    cached: dict[str, Cached]  # topology -> its run with the record cache on
     profiles: dict[str, tuple[profiling.Summary, dict[str, float]]]  # topology -> profile
 
 
@@ -91,6 +114,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
         timestamps=windowed.event_times(params.records, first_ms),
     )  # fmt: skip
     pairs = []
+    cached: dict[str, Cached] = {}
     for topology, app in TOPOLOGIES.items():
         for guarantee in params.guarantees:
             settings: dict[str, object] = {
@@ -113,12 +137,29 @@ def measure(ctx: RunContext, params: Params) -> Measured:
                             params.records,
                         )  # fmt: skip
                 pairs.append(Pair(topology, guarantee, ours_first, runs["ours"], runs["theirs"]))
+        if params.cached:
+            cached[topology] = _cached_run(ctx, build, bootstrap, topology, params)
     profiles = {}
     if ctx.profile:
         for topology, app in TOPOLOGIES.items():
             profiles[topology] = _profile(ctx, bootstrap, topology, app, params)
     broker.stop(timeout=15.0)
-    return Measured(params, pairs, profiles)
+    return Measured(params, pairs, cached, profiles)
+
+
+def _cached_run(
+    ctx: RunContext, build: Path, bootstrap: str, topology: str, params: Params
+) -> Cached:
+    settings: dict[str, object] = {
+        "processing.guarantee": GUARANTEES[0],
+        "commit.interval.ms": params.commit_interval_ms,
+    }
+    before = records_in(bootstrap, OUTPUTS[topology])
+    run = streams_run(
+        ctx, build, bootstrap, f"streams-{topology}-cached", topology, settings, params.records,
+        cache_bytes=CACHE_BYTES,
+    )  # fmt: skip
+    return Cached(run, records_in(bootstrap, OUTPUTS[topology]) - before)
 
 
 def _profile(
@@ -183,6 +224,21 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
                     (p.theirs.processed for p in pairs),
                     key=lambda s: steady_rate_or_span(s, records),
                 )
+    for topology, cached in measured.cached.items():
+        pairs = [
+            p for p in measured.pairs if (p.topology, p.guarantee) == (topology, GUARANTEES[0])
+        ]
+        ours, _ = _best(pairs, "ours", records)
+        result.rows.append(
+            Row(
+                metric=f"records/s, {LABELS[topology]}, {GUARANTEES[0]}, against Kafka Streams "
+                "with its record cache on",
+                measured=ours, measured_label="worker, one output per input",
+                baseline=steady_rate_or_span(cached.run.processed, records),
+                baseline_label=f"Kafka Streams, 10 MiB cache: {cached.outputs:,} outputs",
+                unit="records/s",
+            )
+        )  # fmt: skip
     result.facts = {
         "records": records,
         "keys": params.keys,
@@ -194,6 +250,9 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
         "jvm_heap": JVM_HEAP,
     }
     result.details.append(_runs_table(measured.pairs, records))
+    if measured.cached:
+        result.details.append(_cached_table(measured.cached, records))
+    result.details.append(_threads_table(measured.pairs, params.guarantees[0], records))
     for topology, (summary, shares) in measured.profiles.items():
         rows = [[label, f"{share:.0%}"] for label, share in shares.items()]
         result.details.append(
@@ -233,3 +292,42 @@ def _runs_table(pairs: list[Pair], records: int) -> str:
         row += [f"{p.ours.seconds:.1f} / {p.theirs.seconds:.1f}"]
         rows.append(row)
     return table(headers, rows, left=3)
+
+
+def _cached_table(cached: dict[str, Cached], records: int) -> str:
+    headers = ["Kafka Streams, record cache on (10 MiB), at_least_once", "records/s"]
+    headers += ["CPU us/record", "outputs written", "outputs per input"]
+    rows = [
+        [
+            LABELS[topology],
+            f"{steady_rate_or_span(c.run.processed, records):,.0f}",
+            f"{c.run.cpu_per_record_us(records):.1f}",
+            f"{c.outputs:,}",
+            f"{c.outputs / records:.2f}",
+        ]
+        for topology, c in cached.items()
+    ]
+    return table(headers, rows)
+
+
+def _threads_table(pairs: list[Pair], guarantee: str, records: int) -> str:
+    """Where each side's CPU went, by kind of thread, in its best run under ``guarantee``
+    (whole runs: start-up and JIT compilation included)."""
+    columns: dict[str, dict[str, float]] = {}
+    for topology in TOPOLOGIES:
+        mine = [p for p in pairs if (p.topology, p.guarantee) == (topology, guarantee)]
+        for side, label in (("ours", "worker"), ("theirs", "Kafka Streams")):
+            runs: list[Run] = [getattr(p, side) for p in mine]
+            best = max(runs, key=lambda r: steady_rate_or_span(r.processed, records))
+            columns[f"{label}, {LABELS[topology]}"] = best.threads
+    kinds = [k for k, _ in THREAD_KINDS] + [OTHER_THREADS]
+    kinds = [k for k in kinds if any(c.get(k) for c in columns.values())]
+    rows = []
+    for kind in kinds:
+        row = [kind]
+        for threads in columns.values():
+            total = sum(threads.values())
+            row.append(f"{threads.get(kind, 0.0) / total:.0%}" if total else "")
+        rows.append(row)
+    rows.append(["CPU seconds, whole run", *(f"{sum(t.values()):.1f}" for t in columns.values())])
+    return table([f"CPU by thread, {guarantee}, best run", *columns], rows)

@@ -16,8 +16,10 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import confluent_kafka as ck
 
 from benchmarks import cpu
 from benchmarks.harness import (
@@ -30,6 +32,7 @@ from benchmarks.harness import (
     wait_for,
     worker_settings,
 )
+from benchmarks.kafka_io import partitions_of, raw_consumer
 from benchmarks.kafka_streams_build import MAIN_CLASS, classpath
 from benchmarks.measure import crossing_time, from_first_record, value_at
 from benchmarks.sampling import Sampler
@@ -49,6 +52,7 @@ class Run:
     processed: Samples  # (monotonic time, records processed), from the first record on
     cpu_seconds: Samples  # (monotonic time, the process's CPU seconds so far)
     seconds: float  # launch to the last record
+    threads: dict[str, float] = field(default_factory=dict)  # kind of thread -> CPU s, whole run
 
     def cpu_per_record_us(self, total: int, low: float = 0.1, high: float = 0.9) -> float:
         """CPU microseconds per record while the count went from ``low`` to ``high`` of
@@ -88,8 +92,32 @@ def worker_run(
             (time.monotonic(), worker.metric("worker_processed_records_total"))
         )
         spent.samples.append((time.monotonic(), cpu.process_seconds(pid)))
+        threads = by_kind(cpu.thread_seconds(pid))
     stop_worker(worker)
-    return Run(from_first_record(processed.samples), spent.samples, seconds)
+    return Run(from_first_record(processed.samples), spent.samples, seconds, threads)
+
+
+# Threads by kind, from their kernel names (15 characters at most): the JVM's and
+# librdkafka's own, Kafka Streams' (named after the application id, "streams-..."), and
+# CPython's (unnamed: they keep the process's name).
+THREAD_KINDS = (
+    ("JIT compiler", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("garbage collector and VM", ("GC Thread", "G1 ", "VM Thread", "VM Periodic")),
+    ("Kafka Streams' stream thread", ("streams-",)),
+    ("Java producer's I/O thread", ("kafka-producer-",)),
+    ("librdkafka threads", ("rdk:",)),
+    ("Python threads (processing loop, HTTP server)", ("python",)),
+)
+OTHER_THREADS = "other threads"
+
+
+def by_kind(threads: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per kind of thread (THREAD_KINDS, else OTHER_THREADS)."""
+    kinds: dict[str, float] = {}
+    for name, seconds in threads.items():
+        kind = next((k for k, prefixes in THREAD_KINDS if name.startswith(prefixes)), OTHER_THREADS)
+        kinds[kind] = kinds.get(kind, 0.0) + seconds
+    return kinds
 
 
 class StreamsProcess:
@@ -165,13 +193,16 @@ def streams_run(
     topology: str,
     settings: dict[str, object],
     total: int,
+    cache_bytes: int = 0,
 ) -> Run:
     """Kafka Streams running ``topology`` over the whole input, a new application id,
-    until ``total`` records are processed; then closed."""
+    until ``total`` records are processed; then closed. Its record cache is off unless
+    ``cache_bytes`` is given (``statestore.cache.max.bytes``)."""
     home = ctx.workdir / name
     args = [
         topology, bootstrap, new_application_id(name), str(home / "state"),
         str(settings["processing.guarantee"]), str(settings["commit.interval.ms"]),
+        str(cache_bytes),
     ]  # fmt: skip
     launched = time.monotonic()
     streams = StreamsProcess(build, home, args)
@@ -183,5 +214,22 @@ def streams_run(
         )  # fmt: skip
         seconds = time.monotonic() - launched
         spent.samples.append((time.monotonic(), cpu.process_seconds(streams.pid)))
+        threads = by_kind(cpu.thread_seconds(streams.pid))
     streams.stop()
-    return Run(from_first_record(list(streams.processed)), spent.samples, seconds)
+    return Run(from_first_record(list(streams.processed)), spent.samples, seconds, threads)
+
+
+def records_in(bootstrap: str, topic: str) -> int:
+    """The records ``topic`` holds, summed over its partitions (end minus start offsets;
+    transaction markers count too, so exact only for non-transactional writes)."""
+    consumer = raw_consumer(bootstrap, new_application_id("bench-offsets"))
+    try:
+        total = 0
+        for partition in partitions_of(bootstrap, topic):
+            low, high = consumer.get_watermark_offsets(
+                ck.TopicPartition(topic, partition), timeout=10
+            )
+            total += high - low
+        return total
+    finally:
+        consumer.close()

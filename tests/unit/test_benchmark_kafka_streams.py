@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import kafka_streams, report
 from benchmarks.__main__ import runs
-from benchmarks.kafka_streams_runs import Run
+from benchmarks.kafka_streams_runs import Run, by_kind
 
 
 def linear(rate: float, total: int, start: float = 0.0) -> list[tuple[float, float]]:
@@ -21,7 +21,8 @@ def linear(rate: float, total: int, start: float = 0.0) -> list[tuple[float, flo
 def run(rate: float, cpu_per_record_us: float, total: int) -> Run:
     processed = linear(rate, total)
     cpu = [(t, n * cpu_per_record_us / 1e6) for t, n in processed]
-    return Run(processed, cpu, seconds=total / rate + 3)
+    threads = {"Python threads (processing loop, HTTP server)": 3.0, "librdkafka threads": 1.0}
+    return Run(processed, cpu, seconds=total / rate + 3, threads=threads)
 
 
 def test_cpu_per_record_is_the_cpu_time_over_the_rate_window_per_record() -> None:
@@ -41,10 +42,17 @@ def test_the_report_compares_each_topology_and_guarantee_ours_against_kafka_stre
         for i in range(2)
     ]
     result = kafka_streams.report(
-        kafka_streams.Measured(params, pairs, {}), lambda name: tmp_path / f"{name}.png"
+        kafka_streams.Measured(
+            params, pairs, {"count_sum": kafka_streams.Cached(run(40_000, 5, 50_000), 12_000)}, {}
+        ),
+        lambda name: tmp_path / f"{name}.png",
     )
 
-    rates = [r for r in result.rows if r.metric.startswith("records/s")]
+    cached = [r for r in result.rows if r.metric.endswith("record cache on")]
+    assert [(r.ratio, r.baseline_label) for r in cached] == [
+        (pytest.approx(0.5, rel=0.01), "Kafka Streams, 10 MiB cache: 12,000 outputs")
+    ]
+    rates = [r for r in result.rows if r.metric.startswith("records/s") and r not in cached]
     cpus = [r for r in result.rows if r.metric.startswith("CPU per record")]
     assert len(rates) == len(cpus) == 4
     assert all(r.ratio == pytest.approx(2.0, rel=0.01) for r in rates)  # the best run of each
@@ -56,3 +64,22 @@ def test_the_report_compares_each_topology_and_guarantee_ours_against_kafka_stre
 
 def test_kafka_streams_runs_on_kafka_whatever_the_broker_option() -> None:
     assert runs(["kafka_streams"], ["embedded"]) == [("kafka_streams", "kafka")]
+
+
+def test_threads_are_grouped_by_kind_from_their_names() -> None:
+    assert by_kind(
+        {
+            "C2 CompilerThre": 2.0,
+            "C1 CompilerThre": 1.0,
+            "streams-count_s": 5.0,
+            "rdk:broker1": 0.5,
+            "python": 4.0,
+            "java": 0.1,
+        }
+    ) == {
+        "JIT compiler": 3.0,
+        "Kafka Streams' stream thread": 5.0,
+        "librdkafka threads": 0.5,
+        "Python threads (processing loop, HTTP server)": 4.0,
+        "other threads": 0.1,
+    }

@@ -27,7 +27,8 @@ import org.apache.kafka.streams.kstream.WindowedSerdes;
  * worker process has one processing thread).
  *
  * <p>Usage: {@code Baseline count_sum|windowed BOOTSTRAP APPLICATION_ID STATE_DIR
- * at_least_once|exactly_once_v2 COMMIT_INTERVAL_MS}. Every 50 ms it prints the records
+ * at_least_once|exactly_once_v2 COMMIT_INTERVAL_MS [CACHE_MAX_BYTES]}: the record cache is
+ * off (0) unless CACHE_MAX_BYTES is given. Every 50 ms it prints the records
  * processed so far ({@code processed N}) on stdout; it runs until SIGTERM, then closes.
  */
 public final class Baseline {
@@ -109,10 +110,10 @@ public final class Baseline {
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 6) {
+    if (args.length != 6 && args.length != 7) {
       System.err.println(
           "usage: Baseline count_sum|windowed BOOTSTRAP APPLICATION_ID STATE_DIR GUARANTEE"
-              + " COMMIT_INTERVAL_MS");
+              + " COMMIT_INTERVAL_MS [CACHE_MAX_BYTES]");
       System.exit(2);
     }
     Properties props = new Properties();
@@ -122,9 +123,9 @@ public final class Baseline {
     props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[4]);
     props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args[5]);
     props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-    // Every update is forwarded, as the worker's topologies do (one output per input):
-    // the record cache would otherwise fold updates of a key between commits.
-    props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+    // By default every update is forwarded, as the worker's topologies do (one output per
+    // input): the record cache would otherwise fold updates of a key between commits.
+    props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, args.length == 7 ? args[6] : "0");
     props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
     props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
 
