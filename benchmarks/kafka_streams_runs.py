@@ -105,7 +105,9 @@ THREAD_KINDS = (
     ("garbage collector and VM", ("GC Thread", "G1 ", "VM Thread", "VM Periodic")),
     ("Kafka Streams' stream thread", ("streams-",)),
     ("Java producer's I/O thread", ("kafka-producer-",)),
+    ("the JVM's main thread (start-up, class loading)", ("java",)),
     ("librdkafka threads", ("rdk:",)),
+    ("RocksDB background threads", ("rocksdb:",)),
     ("Python threads (processing loop, HTTP server)", ("python",)),
 )
 OTHER_THREADS = "other threads"

@@ -75,11 +75,13 @@ def test_threads_are_grouped_by_kind_from_their_names() -> None:
             "rdk:broker1": 0.5,
             "python": 4.0,
             "java": 0.1,
+            "Signal Dispatch": 0.2,
         }
     ) == {
         "JIT compiler": 3.0,
         "Kafka Streams' stream thread": 5.0,
         "librdkafka threads": 0.5,
         "Python threads (processing loop, HTTP server)": 4.0,
-        "other threads": 0.1,
+        "the JVM's main thread (start-up, class loading)": 0.1,
+        "other threads": 0.2,
     }
