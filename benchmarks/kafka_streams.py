@@ -70,7 +70,7 @@ class Params:
     cached: bool = True
 
 
-FULL = Params(records=500_000, keys=100_000)
+FULL = Params(records=300_000, keys=60_000)
 QUICK = Params(records=10_000, keys=1_000, rounds=1, guarantees=GUARANTEES[:1], cached=False)
 CACHE_BYTES = 10 * 1024 * 1024  # statestore.cache.max.bytes' default
 OUTPUTS = {"count_sum": SUMS_OUTPUT, "windowed": WINDOWED_OUTPUT}
