@@ -1,0 +1,1 @@
+"""Operators: the processors behind the DSL's compound operations, each owning its stores."""
