@@ -41,9 +41,8 @@ def test_punctuators_fire_on_stream_time_and_on_the_advanced_wall_clock() -> Non
 def test_reading_one_record_from_an_empty_output_raises_a_clear_error() -> None:
     b = StreamsBuilder()
     b.stream("in").to("out")
-    with TopologyTestDriver(b) as d:
-        with pytest.raises(NoRecords, match="out"):
-            d.output_topic("out").read_record()
+    with TopologyTestDriver(b) as d, pytest.raises(NoRecords, match="out"):
+        d.output_topic("out").read_record()
 
 
 def test_timestamps_and_headers_travel_through_a_repartition_hop() -> None:
@@ -79,6 +78,5 @@ def test_a_topology_built_for_another_application_id_is_refused() -> None:
 def test_a_processor_error_reaches_the_test() -> None:
     b = StreamsBuilder()
     b.stream("in").map_values(lambda v: 1 // v).to("out")
-    with TopologyTestDriver(b) as d:
-        with pytest.raises(ZeroDivisionError):
-            d.input_topic("in").pipe("k", 0, timestamp=1)
+    with TopologyTestDriver(b) as d, pytest.raises(ZeroDivisionError):
+        d.input_topic("in").pipe("k", 0, timestamp=1)
