@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worker.errors import TopologyError
-from worker.processing.topology import BuiltTopology, Topology
+from worker.processing.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,36 +75,6 @@ class DslTopology(Topology):
         super().__init__()
         self.application_id = application_id
         self.repartition_topics: tuple[RepartitionTopic, ...] = ()
-
-    def repartition_partitions(
-        self, built: BuiltTopology, counts: dict[str, int]
-    ) -> dict[str, int]:
-        """Each repartition topic's partition count: that of the sub-topology writing it,
-        which reads ``counts`` (the external topics' partition counts) or, in a chain, a
-        repartition topic sized the same way, resolved until nothing changes.
-
-        Raises:
-            TopologyError: a count cannot be resolved (a source topic is missing from
-                ``counts``).
-        """
-        sized = dict(counts)
-        pending = {r.topic: r for r in self.repartition_topics}
-        writers = {sink.name: st for st in built.subtopologies for sink in st.sinks}
-        while pending:
-            progress = False
-            for topic, rep in list(pending.items()):
-                st = writers[rep.writer]
-                known = [sized[t] for t in st.source_topics if t in sized]
-                if len(known) == len(st.source_topics):
-                    sized[topic] = max(known)
-                    del pending[topic]
-                    progress = True
-            if not progress:
-                raise TopologyError(
-                    f"cannot size repartition topics {sorted(pending)}: their writers read"
-                    " topics whose partition counts are unknown"
-                )
-        return {r.topic: sized[r.topic] for r in self.repartition_topics}
 
 
 class Plan:

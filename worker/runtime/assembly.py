@@ -32,6 +32,7 @@ from worker.kafka.admin import Admin
 from worker.kafka.changelog_tail import ChangelogTailReader
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.membership import GroupMember
+from worker.kafka.repartition_topics import prepare_repartitions
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
 from worker.processing.topology import BuiltTopology
@@ -118,6 +119,10 @@ def assemble(
     admin = Admin(settings)
     broker_wait = BrokerWait(stop, clock, hooks.on_change, settings.bootstrap_servers)
 
+    broker_wait.run(
+        "repartition topics",
+        lambda: prepare_repartitions(admin, topology, settings, METADATA_TIMEOUT_S),
+    )
     layout = broker_wait.run(
         "topics",
         lambda: prepare_topics(
