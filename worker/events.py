@@ -20,6 +20,7 @@ BROKER_WAITED = "broker.waited"  # the step succeeded after waiting
 TOPICS_INTERNAL_UNUSED = "topics.internal_unused"
 # repartition purging (kafka/repartition_purge.py): DeleteRecords refused by the broker
 REPARTITION_PURGE_UNSUPPORTED = "repartition.purge_unsupported"
+REPARTITION_PURGED = "repartition.purged"  # a DeleteRecords request succeeded
 
 # group membership (kafka/membership.py, kafka/task_assignor.py)
 MEMBERSHIP_STARTED = "membership.started"

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.apps import dsl_cases
 from tests.support.transaction_log import read_committed_partition
 from tests.support.waiting import wait_until
+from worker.events import REPARTITION_PURGE_UNSUPPORTED, REPARTITION_PURGED
 from worker.serde import JSON, STR, Codec
 from worker.testing import TopologyTestDriver
 
@@ -52,7 +53,12 @@ def broker_outputs(
     for future in admin.create_topics(topics).values():
         future.result(30)
     env = {"PYTHONPATH": REPO, dsl_cases.CASE_ENV: name, dsl_cases.PREFIX_ENV: prefix}
-    settings = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200}
+    settings = {
+        "processing.guarantee": "exactly_once_v2",
+        "commit.interval.ms": 200,
+        # purging runs during the test: on a broker without DeleteRecords it turns itself off
+        "repartition.purge.interval.ms": 100,
+    }
     worker = worker_factory("w", settings=settings, env=env, args=["--app", APP])
     keys, values = Codec(STR), Codec(JSON)
     # murmur2 of the key bytes, as the worker's sinks (and the driver) partition
@@ -82,8 +88,21 @@ def broker_outputs(
             f"\n{worker.log_tail(30)}"
         ),
     )
-    worker.terminate()
+    if name == "per_merchant":
+        wait_until(
+            lambda: purged_or_unsupported(worker),
+            timeout=60,
+            message=lambda: f"no purge of the repartition topic\n{worker.log_tail(30)}",
+        )
+    assert worker.terminate() == 0
     return read()
+
+
+def purged_or_unsupported(worker: Any) -> bool:
+    """The worker purged the repartition topic (DeleteRecords succeeded), or found that
+    the broker does not delete records (the embedded broker) and said so."""
+    events = {e.get("event") for e in worker.log_events()}
+    return bool(events & {REPARTITION_PURGED, REPARTITION_PURGE_UNSUPPORTED})
 
 
 APP = "tests.apps.dsl_cases:build"

@@ -32,9 +32,11 @@ from worker.kafka.admin import Admin
 from worker.kafka.changelog_tail import ChangelogTailReader
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.membership import GroupMember
+from worker.kafka.repartition_purge import repartition_purge
 from worker.kafka.repartition_topics import prepare_repartitions
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
+from worker.processing.repartitions import repartition_writers
 from worker.processing.topology import BuiltTopology
 from worker.runtime.broker_wait import BrokerWait
 from worker.runtime.guarantee import choose_guarantee
@@ -184,6 +186,9 @@ def assemble(
         request_rebalance=member.request_rebalance,
     )
     parts.tasks.on_change = hooks.on_change
+    repartitions = set(repartition_writers(topology, settings.application_id))
+    if repartitions:
+        parts.committer.on_committed = repartition_purge(settings, repartitions, clock).committed
     stack.callback(lambda: parts.tasks.close_all(clean=outcome.clean))
     loop = ProcessingLoop(
         settings,
