@@ -66,10 +66,15 @@ class KTable:
         return self._then("KTABLE-MAPVALUES", fn, name, value_serde)
 
     def to_stream(self, *, name: str | None = None) -> KStream:
-        """Every update of the table as a stream record (tombstones as None values)."""
+        """Every update of the table as a stream record (tombstones as None values).
+
+        Without a ``name`` no node is added: a table's node already forwards each update
+        as a record, and a pass-through node would cost a call per record."""
         from worker.dsl.stream import KStream
 
-        node = self._builder._processor("KTABLE-TOSTREAM", stateless.passing, [self.node], name, ())
+        node = self.node
+        if name is not None:
+            node = self._builder._processor("KTABLE-TOSTREAM", stateless.passing, [node], name, ())
         return KStream(self._builder, node, self.key_serde, self.value_serde)
 
     def group_by(
