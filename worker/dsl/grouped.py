@@ -38,6 +38,7 @@ class KGroupedStream:
         self._builder = builder
         self._stream = stream
         self._name = name
+        self._input_stream: KStream | None = None  # repartitioned once, for every aggregation
 
     def count(self, *, name: str | None = None) -> KTable:
         """The number of records per key, in store ``name``."""
@@ -74,8 +75,13 @@ class KGroupedStream:
         return self._builder._plan.name("KSTREAM-AGGREGATE-STATE-STORE", name)
 
     def _input(self, store: str) -> KStream:
-        """The stream to aggregate: repartitioned first if its key may have changed."""
-        return self._builder._repartitioned(self._stream, self._name or store)
+        """The stream to aggregate: repartitioned first if its key may have changed. Several
+        aggregations of one grouped stream share its repartition topic (named after the
+        grouping, or the first aggregation's store), as a named grouping does in Kafka
+        Streams (KAFKA-7758)."""
+        if self._input_stream is None:
+            self._input_stream = self._builder._repartitioned(self._stream, self._name or store)
+        return self._input_stream
 
     def _aggregate(self, store: str, operator: StreamAggregation, value_serde: Serde) -> KTable:
         from worker.dsl.table import KTable

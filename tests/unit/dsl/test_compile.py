@@ -143,3 +143,13 @@ def test_split_needs_a_branch_and_distinct_names() -> None:
         s.split().no_default_branch()
     with pytest.raises(TopologyError):
         s.split().branch(lambda k, v: True, name="a").branch(lambda k, v: True, name="a")
+
+
+def test_aggregations_of_one_grouped_stream_share_its_repartition_topic() -> None:
+    b = StreamsBuilder()
+    grouped = b.stream("in").group_by(lambda k, v: v, name="g")
+    grouped.count(name="c")
+    grouped.reduce(lambda a, v: v, name="r")
+    assert repartitions(b) == ["app-g-repartition"]
+    built = b.build(APP).build()
+    assert sorted(s.name for s in built.subtopologies[1].stores) == ["c", "r"]
