@@ -87,7 +87,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 # package -> the modules of a forbidden package it may import all the same
 # cli: the kafka.* settings are checked by librdkafka while the config loads (exit 2)
-EXCEPTIONS = {"http": ("runtime.status",), "cli": ("kafka.client_config",)}
+# processing: the store contracts, the one module of state written for the layers above it
+EXCEPTIONS = {
+    "http": ("runtime.status",),
+    "cli": ("kafka.client_config",),
+    "processing": ("state.contracts",),
+}
 
 
 def test_the_layer_map_names_every_package_and_top_level_module_of_worker() -> None:
