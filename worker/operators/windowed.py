@@ -119,7 +119,7 @@ class WindowedAggregation(Generic[StoreT, WindowsT]):
         raw_key = None if key is None else self._keys.encode(key)
         if raw_key is None:
             return
-        self.fold(ctx, cast(StoreT, ctx.current_node.stores[self.name].raw), key, raw_key, value)
+        self.fold(ctx, ctx.current_node.stores[self.name].raw, key, raw_key, value)
 
     def encode(self, aggregate: Any) -> bytes:
         """The aggregate's bytes. Raises SerdeError naming the aggregation when it
