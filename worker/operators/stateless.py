@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from worker.processing.context import ProcessorContext
-from worker.processing.topology import ProcessorFn
+
+# Topology's ProcessorFn, restated: operators never import the topology builder (it imports them).
+ProcessorFn = Callable[[ProcessorContext, Any, Any], None]
 
 Predicate = Callable[[Any, Any], bool]
 

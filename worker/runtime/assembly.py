@@ -33,7 +33,7 @@ from worker.kafka.changelog_tail import ChangelogTailReader
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.membership import GroupMember
 from worker.kafka.repartition_purge import repartition_purge
-from worker.kafka.repartition_topics import prepare_repartitions
+from worker.kafka.repartition_topics import report_unused_internal_topics
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
 from worker.processing.repartitions import repartition_writers
@@ -122,8 +122,10 @@ def assemble(
     broker_wait = BrokerWait(stop, clock, hooks.on_change, settings.bootstrap_servers)
 
     broker_wait.run(
-        "repartition topics",
-        lambda: prepare_repartitions(admin, topology, settings, METADATA_TIMEOUT_S),
+        "internal topic names",
+        lambda: report_unused_internal_topics(
+            admin, topology, settings.application_id, METADATA_TIMEOUT_S
+        ),
     )
     layout = broker_wait.run(
         "topics",
