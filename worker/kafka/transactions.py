@@ -146,7 +146,12 @@ class TransactionalProducer:
         deliveries: Deliveries,
         metrics: Metrics | None = None,
     ) -> None:
-        extra = {"transactional.id": transactional_id}
+        # Chosen on purpose (Settings.transaction_timeout_ms_effective): it bounds how long
+        # a worker that died mid-transaction holds its partitions' last stable offset.
+        extra: dict[str, Any] = {
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": settings.transaction_timeout_ms_effective,
+        }
         # librdkafka 2.16 re-bootstraps once every known broker has failed (a broker
         # outage with refused connections); a transactional producer that lived through
         # that blocked in send_offsets_to_transaction far past its timeout and never
