@@ -27,7 +27,7 @@ from worker.kafka.admin import Admin
 from worker.kafka.membership import Assigned, GroupMember, Lost, MembershipEvent, MemberState
 from worker.observability import Metrics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 4
 JOIN_TIMEOUT = 45.0

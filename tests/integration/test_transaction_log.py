@@ -11,15 +11,19 @@ import sys
 import uuid
 
 import confluent_kafka as ck
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.transaction_log import read_committed_partition, read_committed_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("tansu", "kafka")]
 
 # A producer that leaves its transaction open or aborts it, in its own process, so that
 # "killed mid-transaction" is a real process exit with records in the log.
 _TRANSACTION = r"""
 import os, sys
 import confluent_kafka as ck
+import pytest
 bootstrap, txn_id, topic, ending = sys.argv[1:]
 producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
 producer.init_transactions(30)
