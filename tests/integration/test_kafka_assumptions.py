@@ -8,7 +8,9 @@ Each test runs on the test broker and on Kafka and states what each does
   first record on the test broker;
 - TxnOffsetCommit's generation check: Kafka refuses a transaction's offsets that name a
   generation the group has left (the transaction aborts, the offsets stay), the test
-  broker accepts them.
+  broker accepts them;
+- ListOffsets after a batch of many records: Kafka answers the end, the test broker the
+  batch's base offset + 1; the fetch path's high watermark is right on both.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -27,7 +30,9 @@ from worker.assignment.model import Subscription
 from worker.assignment.task_id import TaskId
 from worker.config import Settings
 from worker.errors import GenerationMoved
+from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.collector import Deliveries
+from worker.kafka.consumers import WatermarkReader
 from worker.kafka.membership import GroupMember, MemberState
 from worker.kafka.transactions import TransactionalProducer, group_metadata
 from worker.observability import Metrics
@@ -127,3 +132,27 @@ def test_transactional_offsets_naming_an_ended_generation_are_refused_by_kafka_o
     finally:
         member.close()
         producer.abort()  # never raises
+
+
+@pytest.mark.duration(10)
+def test_list_offsets_after_a_multi_record_batch_is_exact_on_kafka_only(
+    bootstrap: str, broker_kind: str
+) -> None:
+    topic = f"list-offsets-{uuid.uuid4().hex[:8]}"
+    settings = _settings(bootstrap, f"list-offsets-{uuid.uuid4().hex[:8]}")
+    admin = Admin(settings)
+    admin.create_topics([TopicSpec(topic, 1)])
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 200})
+    for i in range(1000):  # one batch
+        producer.produce(topic, value=b"v%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    listed = admin.end_offsets([(topic, 0)])[(topic, 0)]
+    fetched = WatermarkReader(settings)
+    try:
+        watermark = fetched.read([(topic, 0)])[(topic, 0)]
+    finally:
+        fetched.close()
+
+    assert watermark == 1000, "the fetch path's high watermark is right on both"
+    assert listed == {"kafka": 1000, "tansu": 1}[broker_kind], f"ListOffsets on {broker_kind}"

@@ -32,7 +32,9 @@ APP = "worker.examples.counting:build"
 class Inputs:
     """The test's input records and their recount; ``produce`` may run on a feeder thread."""
 
-    def __init__(self, bootstrap: str, partitions: int, keys: int, seed: int) -> None:
+    def __init__(
+        self, bootstrap: str, partitions: int, keys: int, seed: int, replicas: int = 1
+    ) -> None:
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.keys = [f"acct-{i:04d}" for i in range(keys)]
@@ -49,7 +51,7 @@ class Inputs:
         self._lock = threading.Lock()
         self.sent: list[tuple[str, dict[str, int]]] = []
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        topics = [NewTopic(t, partitions, 1) for t in (counting.INPUTS, counting.OUTPUTS)]
+        topics = [NewTopic(t, partitions, replicas) for t in (counting.INPUTS, counting.OUTPUTS)]
         for future in admin.create_topics(topics).values():
             future.result(30)
 
