@@ -52,7 +52,7 @@ def _start(worker_factory, bootstrap: str, **more: object) -> list[WorkerProcess
     return workers
 
 
-@pytest.mark.duration(150)
+@pytest.mark.duration(100)
 def test_exactly_once_crash_loop_shows_one_output_per_input_to_read_committed_readers(
     own_broker, worker_factory, record_property
 ):
@@ -75,7 +75,7 @@ def test_exactly_once_crash_loop_shows_one_output_per_input_to_read_committed_re
 
 
 @pytest.mark.parametrize("transaction_timeout_ms", [0, 20000], ids=["derived", "20s"])
-@pytest.mark.duration(75)
+@pytest.mark.duration(50)
 def test_a_worker_killed_and_not_restarted_stalls_its_tasks_for_its_transaction_timeout(
     own_broker, worker_factory, record_property, transaction_timeout_ms
 ):

@@ -52,7 +52,7 @@ def _longest_silences(seen: list[Seen], since: float, until: float) -> dict[int,
     return longest
 
 
-@pytest.mark.duration(120)
+@pytest.mark.duration(130)
 def test_a_broker_killed_and_restarted_under_exactly_once_loses_and_repeats_nothing(
     worker_factory, ports: PortRegistry, tmp_path: Path, record_property
 ):
