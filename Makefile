@@ -19,13 +19,14 @@ DEMO_ARGS ?=
 DEMO_BROKER ?= embedded
 
 .DEFAULT_GOAL := help
-.PHONY: help install kafka test test-unit demo bench lint docker constraints clean
+.PHONY: help install kafka test test-cluster test-unit demo bench lint docker constraints clean
 
 help:
 	@echo "make install    create $(VENV) and install worker with its dev extra"
 	@echo "make kafka      fetch the pinned Apache Kafka broker's jars once (Maven Central; needs java, mvn)"
 	@echo "make test       the whole suite: unit, property, integration, faults, on the embedded broker"
 	@echo "                and on Apache Kafka (~20 min, $(TEST_WORKERS) in parallel; WORKER_TEST_BROKER=kafka: all on Kafka)"
+	@echo "make test-cluster  a Kafka broker of a 3-node cluster killed under exactly-once (~2.5 min)"
 	@echo "make test-unit  the fast subset (no broker, < 1 min)"
 	@echo "make demo       local broker + sample data + two workers for about a minute"
 	@echo "                (DEMO_BROKER=kafka: on Apache Kafka)"
@@ -54,7 +55,12 @@ kafka: install
 # worker has room, the longest first (--no-loadscope-reorder keeps that order), a module
 # that must stay together whole on one worker.
 test: install kafka
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m 'not cluster' $(PYTEST_ARGS) tests
+
+# Three Kafka JVMs and two workers take both cores for ~2 minutes: alone, after `make test`
+# (.ci/run), so that they never share the machine with the suite's own brokers.
+test-cluster: install kafka
+	$(BIN)/python -m pytest -q -m cluster $(PYTEST_ARGS) tests/faults
 
 # CPU-bound: one xdist worker per core (2 here) took it from ~50 s to ~34 s.
 test-unit: install
