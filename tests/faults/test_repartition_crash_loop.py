@@ -29,15 +29,11 @@ from worker.config import load
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
-# The embedded test broker shows an aborted transaction's records to read_committed
-# consumers (docs/platform-notes.md), so the side reading the repartition topic counts a
-# killed worker's aborted writes too: measured here, the counts came out ~12% high. On
-# Kafka the broker hides them. Runs once the Apache Kafka fixture (tests/support/brokers.py,
-# ``pytest.mark.brokers("kafka")``) is on main.
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.skip(reason="needs a broker that hides aborted records from read_committed"),
-]
+# On Kafka only: the embedded test broker shows an aborted transaction's records to
+# read_committed consumers (docs/platform-notes.md), so there the side reading the
+# repartition topic counts a killed worker's aborted writes too (measured: counts ~12%
+# high). Kafka hides them.
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 4
 ACCOUNTS = [f"acct-{i:03d}" for i in range(60)]
