@@ -91,7 +91,13 @@ def sample_data(
     show_default=True,
     help="Logs and state of this run (emptied first).",
 )
-def demo(duration: float, rate: int, workdir: Path) -> None:
+@click.option(
+    "--kafka",
+    is_flag=True,
+    help="Run it on Apache Kafka (needs java and, the first time, mvn) instead of the "
+    "embedded broker.",
+)
+def demo(duration: float, rate: int, workdir: Path, kafka: bool) -> None:
     """Start a broker, load sample data, run workers over generated payments, summarise.
 
     Two workers start; a quarter of the way in one is killed (kill -9) and restarted over
@@ -102,7 +108,7 @@ def demo(duration: float, rate: int, workdir: Path) -> None:
     """
     from worker.dev import demo as demo_module
 
-    code = demo_module.run_demo(duration, rate, workdir)
+    code = demo_module.run_demo(duration, rate, workdir, kafka=kafka)
     sys.exit(code)
 
 

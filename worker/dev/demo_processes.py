@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from worker.dev.broker import EmbeddedBroker
+from worker.dev.kafka_broker import KafkaBroker
 from worker.dev.processes import WorkerProcess, WorkerProcessFailed, guarded
 from worker.errors import WorkerError
 
@@ -44,14 +45,30 @@ class DemoBroker(EmbeddedBroker):
         return self._proc is not None and self._proc.poll() is None
 
 
-def start_broker(workdir: Path, brokers: list[DemoBroker], attempts: int = 3) -> DemoBroker:
+class DemoKafka(KafkaBroker):
+    """Apache Kafka for ``make demo DEMO_BROKER=kafka``: its data in the demo's directory,
+    SIGKILLed with the demo (``die_with_parent``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(
+            log_path=workdir / "broker.log", data_dir=workdir / "kafka", die_with_parent=True
+        )
+
+    def alive(self) -> bool:
+        return all(node.exit_code() is None and node.pid is not None for node in self.nodes)
+
+
+def start_broker(
+    workdir: Path, brokers: list[DemoBroker | DemoKafka], attempts: int = 3, kafka: bool = False
+) -> DemoBroker | DemoKafka:
     """A broker on a port picked here; another port if that one was taken meanwhile.
 
     Each broker is appended to ``brokers`` before it starts, so clean-up always sees it.
+    ``kafka``: Apache Kafka instead of the embedded broker.
     """
     problem = ""
     for _ in range(attempts):
-        broker = DemoBroker(log_path=workdir / "broker.log")
+        broker = DemoKafka(workdir) if kafka else DemoBroker(log_path=workdir / "broker.log")
         brokers.append(broker)
         try:
             broker.start()
@@ -85,11 +102,24 @@ class DemoWorker(WorkerProcess):
     """A worker of the demo: an OS-picked HTTP port, dies with the demo, and remembers its
     last scrape and what its earlier runs processed (a restart's counters start at 0)."""
 
-    def __init__(self, name: str, bootstrap: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        workdir: Path,
+        *,
+        app: str | None = None,
+        application_id: str | None = None,
+    ) -> None:
+        """``app``: ``--app`` (the default: the payments app) with its ``application_id``."""
+        settings = {"bootstrap.servers": bootstrap, **WORKER_SETTINGS}
+        if application_id is not None:
+            settings["application.id"] = application_id
         super().__init__(
             state_dir=workdir / name,
             http_port=0,
-            settings={"bootstrap.servers": bootstrap, **WORKER_SETTINGS},
+            settings=settings,
+            args=["--app", app] if app else [],
             name=name,
             die_with_parent=True,
         )

@@ -97,13 +97,23 @@ class KafkaNode:
     """One broker-and-controller JVM of a :class:`KafkaBroker`; restartable over its data."""
 
     def __init__(
-        self, node_id: int, host: str, port: int, controller_port: int, data_dir: Path
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        controller_port: int,
+        data_dir: Path,
+        proxied: tuple[int, int] | None = None,
     ) -> None:
+        """``proxied``: (advertised port, internal port) when a proxy sits in front of
+        ``port``; the broker's own connections (replication, transaction markers) then
+        use a listener of their own on the internal port, around the proxy."""
         self.node_id = node_id
         self.host = host
         self.port = port
         self.controller_port = controller_port
         self.data_dir = data_dir
+        self.proxied = proxied
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_fh: object | None = None
 
@@ -121,13 +131,7 @@ class KafkaNode:
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": voters,
-            "listeners": (
-                f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}"
-            ),
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            **self._listeners(),
             "log.dirs": str(self.data_dir / "logs"),
             "default.replication.factor": str(min(replicas, 3)),
             "offsets.topic.replication.factor": str(min(replicas, 3)),
@@ -143,6 +147,29 @@ class KafkaNode:
         text = "".join(f"{key}={value}\n" for key, value in props.items())
         self.properties_path.write_text(text)
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _listeners(self) -> dict[str, str]:
+        plain = f"PLAINTEXT://{self.host}:{self.port}"
+        controller = f"CONTROLLER://{self.host}:{self.controller_port}"
+        if self.proxied is None:
+            return {
+                "listeners": f"{plain},{controller}",
+                "advertised.listeners": plain,
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            }
+        advertised, internal_port = self.proxied
+        internal = f"INTERNAL://{self.host}:{internal_port}"
+        return {
+            "listeners": f"{plain},{internal},{controller}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{advertised},{internal}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+        }
 
     def java(self, main: str, *args: str, heap_mb: int) -> list[str]:
         return [
@@ -217,6 +244,8 @@ class KafkaBroker(BrokerProcess):
     and new topics are replicated 3 times with ``min.insync.replicas`` 2. ``die_with_parent``
     as for EmbeddedBroker (on Linux the JVMs are SIGKILLed when the starting thread dies).
     ``settings`` add to or override the broker properties of every node.
+    ``advertised_port`` (one node only): clients are told to use this port, where a
+    test's TCP proxy forwards to ``port``, as with EmbeddedBroker.
     """
 
     def __init__(
@@ -230,9 +259,12 @@ class KafkaBroker(BrokerProcess):
         take_port: Callable[[], int] | None = None,
         die_with_parent: bool = False,
         settings: Mapping[str, str] | None = None,
+        advertised_port: int | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a Kafka cluster needs at least one node")
+        if advertised_port is not None and nodes != 1:
+            raise ValueError("a proxy in front (advertised_port) is for a single node")
         take = take_port or (lambda: free_port(host))
         self.host = host
         self.heap_mb = heap_mb
@@ -248,6 +280,7 @@ class KafkaBroker(BrokerProcess):
                 (port if i == 0 and port else take()),
                 take(),
                 self.data_dir / f"node-{i + 1}",
+                None if advertised_port is None else (advertised_port, take()),
             )
             for i in range(nodes)
         ]
@@ -259,7 +292,10 @@ class KafkaBroker(BrokerProcess):
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"{self.host}:{node.port}" for node in self.nodes)
+        """The addresses clients use: the advertised ones (a proxy's, if one is in front)."""
+        return ",".join(
+            f"{self.host}:{node.proxied[0] if node.proxied else node.port}" for node in self.nodes
+        )
 
     @property
     def pid(self) -> int | None:
