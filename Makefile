@@ -15,6 +15,8 @@ TEST_WORKERS ?= 6
 UNIT_WORKERS ?= 2
 # e.g. make demo DEMO_ARGS='--duration 20 --rate 1000'
 DEMO_ARGS ?=
+# e.g. make bench BENCH_ARGS='--broker embedded,kafka --update restore'
+BENCH_ARGS ?=
 # make demo DEMO_BROKER=kafka: the same demo on Apache Kafka (default: the embedded broker)
 DEMO_BROKER ?= embedded
 
@@ -73,7 +75,7 @@ demo: install
 bench:
 	@test -d benchmarks || { echo "no benchmarks/ directory in this checkout: nothing to run" >&2; exit 1; }
 	@$(MAKE) --no-print-directory install
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check worker tests benchmarks

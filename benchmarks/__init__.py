@@ -27,4 +27,5 @@ BENCHMARK_NAMES = (
     "windowed_retention",
     "windowed_restore",
     "dsl_cost",
+    "kafka_streams",
 )
