@@ -15,17 +15,20 @@ TEST_WORKERS ?= 6
 UNIT_WORKERS ?= 2
 # e.g. make demo DEMO_ARGS='--duration 20 --rate 1000'
 DEMO_ARGS ?=
+# e.g. make bench BENCH_ARGS='--broker embedded,kafka --update restore'
+BENCH_ARGS ?=
 # make demo DEMO_BROKER=kafka: the same demo on Apache Kafka (default: the embedded broker)
 DEMO_BROKER ?= embedded
 
 .DEFAULT_GOAL := help
-.PHONY: help install kafka test test-unit demo bench lint docker constraints clean
+.PHONY: help install kafka test test-cluster test-unit demo bench lint docker constraints clean
 
 help:
 	@echo "make install    create $(VENV) and install worker with its dev extra"
 	@echo "make kafka      fetch the pinned Apache Kafka broker's jars once (Maven Central; needs java, mvn)"
 	@echo "make test       the whole suite: unit, property, integration, faults, on the embedded broker"
 	@echo "                and on Apache Kafka ($(TEST_WORKERS) in parallel; WORKER_TEST_BROKER=kafka: all on Kafka)"
+	@echo "make test-cluster  a Kafka broker of a 3-node cluster killed under exactly-once (~2.5 min)"
 	@echo "make test-unit  the fast subset (no broker, < 1 min)"
 	@echo "make demo       local broker + sample data + two workers for about a minute"
 	@echo "                (DEMO_BROKER=kafka: on Apache Kafka)"
@@ -54,7 +57,12 @@ kafka: install
 # worker has room, the longest first (--no-loadscope-reorder keeps that order), a module
 # that must stay together whole on one worker.
 test: install kafka
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m 'not cluster' $(PYTEST_ARGS) tests
+
+# Three Kafka JVMs and two workers take both cores for ~2 minutes: alone, after `make test`
+# (.ci/run), so that they never share the machine with the suite's own brokers.
+test-cluster: install kafka
+	$(BIN)/python -m pytest -q -m cluster $(PYTEST_ARGS) tests/faults
 
 # CPU-bound: one xdist worker per core (2 here) took it from ~50 s to ~34 s.
 test-unit: install
@@ -67,7 +75,7 @@ demo: install
 bench:
 	@test -d benchmarks || { echo "no benchmarks/ directory in this checkout: nothing to run" >&2; exit 1; }
 	@$(MAKE) --no-print-directory install
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check worker tests benchmarks

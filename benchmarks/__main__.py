@@ -26,7 +26,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from benchmarks import BENCHMARK_NAMES, report
-from benchmarks.harness import REPO, RunContext
+from benchmarks.harness import BROKERS, REPO, RunContext
 from benchmarks.results import Result
 
 BENCHMARKS: dict[str, ModuleType] = {
@@ -77,6 +77,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--out", type=Path, default=REPO / "docs",
         help="where benchmarks.md and benchmarks/*.png go (default: docs/)",
     )  # fmt: skip
+    parser.add_argument(
+        "--broker", default="embedded", type=_brokers, metavar="NAME[,NAME]",
+        help="the broker(s) every named benchmark runs on, one after the other: "
+        f"{' or '.join(BROKERS)} (default: embedded; kafka_streams always runs on kafka)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--update", action="store_true",
+        help="replace only the report's sections of the benchmarks run, keep the others",
+    )  # fmt: skip
     parser.add_argument("--workdir", type=Path, help="logs and state (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir after success")
     parser.add_argument(
@@ -90,20 +99,48 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_one(module: ModuleType, args: argparse.Namespace, workdir: Path, plots: Path) -> Result:
-    """Measure one benchmark and report it; its processes are all stopped when this returns
-    or raises."""
+def _brokers(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BROKERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(BROKERS)} (got {value!r})")
+    return list(dict.fromkeys(names))
+
+
+def runs(names: list[str], brokers: list[str]) -> list[tuple[str, str]]:
+    """(benchmark, broker) in the order they run: each benchmark on each broker in turn; a
+    benchmark that names its own broker (``BROKER``) runs once, on that one."""
+    planned: list[tuple[str, str]] = []
+    for name in names:
+        own = getattr(BENCHMARKS[name], "BROKER", None)
+        for broker in [own] if own else brokers:
+            if (name, broker) not in planned:
+                planned.append((name, broker))
+    return planned
+
+
+def run_one(
+    module: ModuleType, args: argparse.Namespace, workdir: Path, plots: Path, broker: str
+) -> Result:
+    """Measure one benchmark on ``broker`` and report it; its processes are all stopped
+    when this returns or raises. Run on another broker than the embedded one, its title
+    and plots say which."""
     params = module.QUICK if args.quick else module.FULL
     profile = (not args.quick) if args.profile is None else args.profile
     started = time.monotonic()
-    print(f"== {module.NAME}: {params}", flush=True)
-    ctx = RunContext(workdir / module.NAME, plots, args.quick, profile)
+    print(f"== {module.NAME} on {broker}: {params}", flush=True)
+    suffix = "" if broker == "embedded" or hasattr(module, "BROKER") else f"-{broker}"
+    ctx = RunContext(workdir / (module.NAME + suffix), plots, args.quick, profile, broker)
+    plot_path = ctx.plot_path if not suffix else (lambda name: ctx.plot_path(name + suffix))
     try:
-        result: Result = module.report(module.measure(ctx, params), ctx.plot_path)
+        result: Result = module.report(module.measure(ctx, params), plot_path)
     except Exception:
         result = Result(module.NAME, module.TITLE, error=traceback.format_exc(limit=8))
     finally:
         _close_undisturbed(ctx)
+    result.broker = broker
+    if suffix:
+        result.title += f" {report.BROKER_TITLES[broker]}"
     result.seconds = time.monotonic() - started
     _print(result)
     return result
@@ -139,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     code = 0
     try:
-        for stale in plots.glob("*.png"):
+        for stale in [] if args.update else plots.glob("*.png"):
             stale.unlink()  # the report is rewritten whole: no plot of an older run stays
-        for name in names:
-            results.append(run_one(BENCHMARKS[name], args, workdir, plots))
+        for name, broker in runs(names, args.broker):
+            results.append(run_one(BENCHMARKS[name], args, workdir, plots, broker))
     except (KeyboardInterrupt, Stopped) as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         print(f"\ninterrupted ({signal.Signals(signum).name}); every process was stopped")
@@ -160,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python -m benchmarks", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
         ),
     )
-    path = report.write(results, info, out)
+    path = report.write(results, info, out, update=args.update)
     print(f"report: {path}", flush=True)
     if any(r.error for r in results):
         code = 1

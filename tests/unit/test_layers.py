@@ -28,8 +28,9 @@ def modules(package: str) -> list[Path]:
     return [WORKER / f"{package}.py"]
 
 
-PACKAGES = ("assignment", "dev", "examples", "http", "kafka", "processing", "runtime")
-PACKAGES += ("spark", "state", "tasks", "tools")
+PACKAGES = ("assignment", "dev", "examples", "http", "kafka", "operators", "processing")
+PACKAGES += ("runtime",)
+PACKAGES += ("spark", "state", "tasks", "tools", "dsl", "testing")
 # The top-level modules every layer may use; they import none of the packages.
 FOUNDATION = (
     "clock",
@@ -56,11 +57,22 @@ def above(*packages: str, commands: tuple[str, ...] = COMMANDS) -> tuple[str, ..
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{name: PACKAGES + ("cli",) for name in FOUNDATION},
     "assignment": above("kafka", "state", "tasks", "runtime", "http", "processing", "examples"),
-    "processing": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples"),
-    "examples": above("kafka", "state", "tasks", "runtime", "http", "assignment"),
+    "processing": above(
+        "kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "dsl", "testing"
+    ),
+    # the operators the topology builds: beside processing, which they use (never its
+    # topology builder, which imports them)
+    "operators": above(
+        "kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "dsl", "testing"
+    ),
+    "examples": above("kafka", "state", "tasks", "runtime", "http", "assignment", "testing"),
+    # the DSL compiles onto the Processor API's Topology and the operators, nothing else
+    "dsl": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "testing"),
+    # the test driver runs real tasks over fake Kafka I/O: never the runtime or an adapter
+    "testing": above("kafka", "runtime", "http", "examples"),
     "kafka": above("state", "tasks", "runtime", "http", "examples"),
     "state": above("tasks", "runtime", "http", "processing", "examples"),
-    "tasks": above("runtime", "http", "examples"),
+    "tasks": above("runtime", "http", "examples", "dsl", "testing"),
     # http reads runtime.status (the read model, see EXCEPTIONS) and nothing else of runtime
     "http": above("runtime", "tasks", "kafka", "examples"),
     "runtime": above("examples"),
@@ -87,7 +99,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 # package -> the modules of a forbidden package it may import all the same
 # cli: the kafka.* settings are checked by librdkafka while the config loads (exit 2)
-EXCEPTIONS = {"http": ("runtime.status",), "cli": ("kafka.client_config",)}
+# processing: the store contracts, the one module of state written for the layers above it
+EXCEPTIONS = {
+    "http": ("runtime.status",),
+    "cli": ("kafka.client_config",),
+    "processing": ("state.contracts",),
+    "operators": ("state.contracts",),
+}
 
 
 def test_the_layer_map_names_every_package_and_top_level_module_of_worker() -> None:
