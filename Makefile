@@ -27,7 +27,7 @@ help:
 	@echo "make install    create $(VENV) and install worker with its dev extra"
 	@echo "make kafka      fetch the pinned Apache Kafka broker's jars once (Maven Central; needs java, mvn)"
 	@echo "make test       the whole suite: unit, property, integration, faults, on the embedded broker"
-	@echo "                and on Apache Kafka (~20 min, $(TEST_WORKERS) in parallel; WORKER_TEST_BROKER=kafka: all on Kafka)"
+	@echo "                and on Apache Kafka ($(TEST_WORKERS) in parallel; WORKER_TEST_BROKER=kafka: all on Kafka)"
 	@echo "make test-cluster  a Kafka broker of a 3-node cluster killed under exactly-once (~2.5 min)"
 	@echo "make test-unit  the fast subset (no broker, < 1 min)"
 	@echo "make demo       local broker + sample data + two workers for about a minute"
