@@ -157,6 +157,8 @@ class Settings(BaseModel):
         alias="timestamp.extractor",
         pattern=r"^(record|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$",
     )
+    # Kafka 4's broker default for log.message.timestamp.after.max.ms; -1: no bound.
+    timestamp_max_future_ms: int = Field(3_600_000, alias="timestamp.max.future.ms", ge=-1)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)

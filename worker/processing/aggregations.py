@@ -60,7 +60,7 @@ class _Stored(Protocol):
 
 
 class _Events(Protocol):
-    def late_record(self) -> None: ...
+    def late_record(self, partition: int, key: bytes | None, late_ms: int) -> None: ...
 
 
 class _RawStore(Protocol):
@@ -190,8 +190,9 @@ class WindowedAggregation:
             return raw.fetch_all_windows(from_ms, to_ms, live_only=False)  # type: ignore[no-any-return]
         return raw.fetch_all_sessions(from_ms, to_ms, live_only=False)  # type: ignore[no-any-return]
 
-    def _late(self, raw: Any) -> None:
-        raw.events.late_record()
+    def _late(self, raw: Any, ctx: ProcessorContext) -> None:
+        record = ctx.current_record
+        raw.events.late_record(record.partition(), record.key(), raw.observed_ms - ctx.timestamp)
 
     # -- per record ---------------------------------------------------------------
 
@@ -256,7 +257,7 @@ class WindowedAggregation:
             if not self.final:
                 self._emit(ctx, key, start, start + size, aggregate, max_ts)
         if late:
-            self._late(raw)
+            self._late(raw, ctx)
 
     def _tumbling(
         self, ctx: ProcessorContext, raw: Any, key: Any, raw_key: bytes, value: Any, ts: int
@@ -270,7 +271,7 @@ class WindowedAggregation:
         start = ts - ts % size
         observed = raw.observed_ms
         if start < (ts if ts > observed else observed) - self._close_lag:
-            self._late(raw)  # the window closed: its close bound (windows.py) is past it
+            self._late(raw, ctx)  # the window closed: its close bound (windows.py) is past it
             return
         stored_key = raw.window_key(start, raw_key)
         stored = raw.stored_window(stored_key, start)
@@ -309,7 +310,7 @@ class WindowedAggregation:
         if windows.is_late(ts, raw.observed_ms):
             # Over gap + grace behind: it could reach back to a session past retention,
             # which the store no longer shows, so it is late whatever it would merge with.
-            self._late(raw)
+            self._late(raw, ctx)
             return
         earliest_end, latest_start = windows.search_bounds(ts)
         found = {
@@ -318,7 +319,7 @@ class WindowedAggregation:
         }
         merge = sessions.assign(ts, found, windows, raw.observed_ms)
         if merge is None:
-            self._late(raw)
+            self._late(raw, ctx)
             return
         aggregate: Any = None
         merger = self._merger
@@ -349,7 +350,7 @@ class WindowedAggregation:
         ts: int,
     ) -> None:
         if windows.is_late(ts, raw.observed_ms):
-            self._late(raw)
+            self._late(raw, ctx)
             return
         d = windows.time_difference_ms
         found = {

@@ -27,9 +27,9 @@ from typing import Any
 from worker.clock import Clock
 from worker.errors import FatalError
 from worker.events import RECORD_SKIPPED
-from worker.observability import Metrics
+from worker.observability import Metrics, ThrottledLog
 from worker.processing.context import Record, RecordSink
-from worker.processing.timestamps import INVALID_TIMESTAMP
+from worker.processing.timestamps import INVALID_TIMESTAMP, InvalidTimestamp
 
 # Skip reasons: the label of worker_skipped_records_total and of the DLQ header.
 DESERIALIZATION_ERROR = "deserialization_error"
@@ -121,10 +121,7 @@ class RecordErrorHandler:
         self.max_record_bytes = max_record_bytes
         self._sink = sink
         self._metrics = metrics
-        self._clock = clock
-        self._log = log
-        self._last_log = float("-inf")
-        self._suppressed = 0
+        self._warnings = ThrottledLog(log, clock.monotonic, LOG_INTERVAL_S)
         self._counted: dict[tuple[str, int], int] = {}  # highest offset counted per partition
 
     def deserialization_failed(self, record: BadRecord, exc: BaseException) -> None:
@@ -217,8 +214,12 @@ class RecordErrorHandler:
         ]
         if stacktrace:
             headers.append((HEADER_PREFIX + "stacktrace", _cut(stacktrace)))
-        # The source record's own time, unless that is what is wrong with it (0: now).
-        self._sink.send(self.dlq_topic, key, value, max(record.timestamp, 0), headers)
+        # The source record's own time, unless that is what is wrong with it (0: now): a
+        # broker refuses one too far ahead (log.message.timestamp.after.max.ms), and the
+        # refused send would revive the task for ever.
+        refused = isinstance(exc, InvalidTimestamp) and exc.timestamp == record.timestamp
+        timestamp = 0 if refused else max(record.timestamp, 0)
+        self._sink.send(self.dlq_topic, key, value, timestamp, headers)
 
     def _log_skip(
         self, record: BadRecord, policy: ExceptionPolicy, reason: str, exc: BaseException
@@ -233,12 +234,7 @@ class RecordErrorHandler:
 
     def _warn(self, event: str, **fields: Any) -> None:
         """One warning a second at most; the lines left out are counted in the next one."""
-        now = self._clock.monotonic()
-        if now - self._last_log < LOG_INTERVAL_S:
-            self._suppressed += 1
-            return
-        self._log.warning(event, **fields, suppressed=self._suppressed)
-        self._last_log, self._suppressed = now, 0
+        self._warnings.warning(event, **fields)
 
 
 def format_stacktrace(exc: BaseException) -> str:

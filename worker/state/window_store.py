@@ -113,8 +113,9 @@ class WindowEvents(Protocol):
 
     def restore_skipped(self, records: int) -> None: ...
 
-    def late_record(self) -> None:
-        """The store's windowed aggregation dropped a record as late."""
+    def late_record(self, partition: int, key: bytes | None, late_ms: int) -> None:
+        """The store's windowed aggregation dropped a record (of ``partition``, with the
+        serialised ``key``) as late: ``late_ms`` behind the store's observed time."""
         ...
 
 
@@ -128,7 +129,7 @@ class _NoEvents:
     def restore_skipped(self, records: int) -> None:
         return None
 
-    def late_record(self) -> None:
+    def late_record(self, partition: int, key: bytes | None, late_ms: int) -> None:
         return None
 
 

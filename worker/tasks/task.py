@@ -111,7 +111,9 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            store = open_store(spec, path, self._ctx.env, self.id, self._ctx.metrics)
+            store = open_store(
+                spec, path, self._ctx.env, self.id, self._ctx.metrics, self._ctx.clock
+            )
             store.corruption_found = partial(self._ctx.corruption.report, self.id)
             self.stores[spec.name] = store
         if self.role is TaskRole.ACTIVE:
