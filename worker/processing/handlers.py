@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,10 @@ class RecordErrorHandler:
         self._metrics = metrics
         self._warnings = ThrottledLog(log, clock.monotonic, LOG_INTERVAL_S)
         self._counted: dict[tuple[str, int], int] = {}  # highest offset counted per partition
+        # Highest offset dead-lettered per partition since the commit that covers it: a
+        # revival that keeps what was produced (at-least-once, a record's own failure)
+        # replays these records, and they must not be dead-lettered again (issue 32).
+        self._lettered: dict[tuple[str, int], int] = {}
 
     def deserialization_failed(self, record: BadRecord, exc: BaseException) -> None:
         """A key or value that does not deserialise: fail, or skip the record."""
@@ -173,12 +178,13 @@ class RecordErrorHandler:
                 f"task {self.task_id}: record {record.coordinates} {reason.replace('_', ' ')}:"
                 f" {describe(exc)} ({key} = fail)"
             ) from exc
-        if policy is ExceptionPolicy.DEAD_LETTER:
-            self._dead_letter(record, reason, exc, stacktrace)
-        # A revival reprocesses from the last commit, so the same record may be skipped
-        # again (and, under exactly-once, dead-lettered again in the new transaction):
-        # count and log each record once.
         tp = (record.topic, record.partition)
+        if policy is ExceptionPolicy.DEAD_LETTER and record.offset > self._lettered.get(tp, -1):
+            self._dead_letter(record, reason, exc, stacktrace)
+            self._lettered[tp] = record.offset
+        # A revival reprocesses from the last commit, so the same record may be skipped
+        # again (and, under exactly-once, dead-lettered again in the new transaction, the
+        # first one aborted): count and log each record once.
         if record.offset <= self._counted.get(tp, -1):
             return
         self._counted[tp] = record.offset
@@ -186,6 +192,17 @@ class RecordErrorHandler:
             self._metrics.dead_lettered_records.labels(reason=reason).inc()
         self._metrics.skipped_records.labels(reason=reason).inc()
         self._log_skip(record, policy, reason, exc)
+
+    def letters_lost(self) -> None:
+        """What was dead-lettered since the last commit may be gone (a transaction aborted,
+        a send failed): the records are dead-lettered again when they come back."""
+        self._lettered.clear()
+
+    def letters_committed(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """The group committed ``offsets`` (next offset per partition): the letters before
+        them are behind the commit, never replayed, and need no memory."""
+        for tp in [tp for tp, offset in self._lettered.items() if offset < offsets.get(tp, -1)]:
+            del self._lettered[tp]
 
     def _dead_letter(
         self, record: BadRecord, reason: str, exc: BaseException, stacktrace: str

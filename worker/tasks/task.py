@@ -407,9 +407,13 @@ class Task:
         self._last_checkpoint = self._ctx.clock.monotonic()
         self._ctx.metrics.checkpoint_writes.inc()
 
-    def discard_uncommitted(self) -> None:
+    def discard_uncommitted(self, sends_kept: bool = False) -> None:
         """Drop buffered writes, the consumed positions and the stream time since the
-        last commit (the records are processed again, from there)."""
+        last commit (the records are processed again, from there). ``sends_kept``:
+        what was dead-lettered since then was not aborted (at-least-once, the task's own
+        record failed), so replayed records are not dead-lettered again."""
+        if self.failures is not None and not sends_kept:
+            self.failures.errors.letters_lost()
         for store in self.stores.values():
             store.discard_pending()
         if self._graph is not None:
