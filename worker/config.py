@@ -132,6 +132,7 @@ class Settings(BaseModel):
     http_max_requests: int = Field(16, alias="http.max.requests", ge=1, le=1024)
     http_max_connections: int = Field(512, alias="http.max.connections", ge=8, le=65536)
     http_socket_timeout_ms: int = Field(10000, alias="http.socket.timeout.ms", ge=100)
+    http_request_timeout_ms: int = Field(10000, alias="http.request.timeout.ms", ge=100)
     # -- end of HTTP access and limits -------------------------------------------------
     session_timeout_ms: int = Field(10000, alias="session.timeout.ms", ge=1000)
     heartbeat_interval_ms: int = Field(3000, alias="heartbeat.interval.ms", ge=100)

@@ -256,7 +256,9 @@ class Metrics:
         self.http_refused = Counter(
             "worker_http_refused_total",
             "HTTP requests or connections refused: connections, requests (the caps),"
-            " unauthorized, forbidden (the query API is off), misrouted (a second hop)",
+            " evicted (the longest-waiting connection, for a new one), deadline (a request"
+            " not in within http.request.timeout.ms), unauthorized, forbidden (the query"
+            " API is off), misrouted (a second hop)",
             ["reason"],
             registry=r,
         )

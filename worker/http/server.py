@@ -46,6 +46,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.endpoint import is_loopback
 from worker.errors import FatalError
+from worker.http.deadlines import DeadlineHandler
 from worker.http.limits import BoundedServer, HttpLimits, RequestSlots
 from worker.http.queries import ENDPOINT_HEADER, TASK_HEADER, QueryRouter, Reply
 from worker.http.ranges import PARAMETERS, RangeQueries
@@ -131,7 +132,7 @@ class HttpServer:
                 handler,
                 self._limits,
                 self._security.server_context,
-                self._metrics.http_refused.labels(reason="connections").inc,
+                lambda reason: self._metrics.http_refused.labels(reason=reason).inc(),
             )
         except OSError as exc:
             raise FatalError(
@@ -261,7 +262,7 @@ class HttpServer:
     def _handler_class(self, public_only: bool) -> type[BaseHTTPRequestHandler]:
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(DeadlineHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 try:
                     path = parse_target(self.path).path
