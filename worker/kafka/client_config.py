@@ -8,6 +8,7 @@ settings (security, SASL, tuning); consumers add the fetch tuning below.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import confluent_kafka
@@ -62,10 +63,37 @@ def check_passthrough(settings: Settings) -> None:
         return
     for key, value in sorted(passthrough.items()):
         alone = _rejection({key: value})
-        if alone is not None:
+        # Refused when set (an unknown name, a bad value): this key. Refused only when
+        # the client is built, the key may be innocent: security.protocol=SASL_SSL alone
+        # fails for want of the default mechanism (GSSAPI), whatever sasl.mechanism says.
+        if alone is not None and not alone.startswith(_BUILD_FAILED):
             reason = "librdkafka rejects its value" if is_secret(key) else alone
             raise ConfigError(f"{PASSTHROUGH_PREFIX}{key}", reason)
+    named = _named_by(problem, passthrough)
+    if named is not None:
+        raise ConfigError(f"{PASSTHROUGH_PREFIX}{named}", problem)
     raise ConfigError("kafka", f"librdkafka rejects these settings together: {problem}")
+
+
+_BUILD_FAILED = "Failed to create"  # librdkafka's prefix for a rejection at client build
+_WORD = re.compile(r"[\w.-]+")
+
+
+def _named_by(problem: str, config: dict[str, str]) -> str | None:
+    """The key librdkafka's ``problem`` names: by its value (``Unsupported SASL mechanism:
+    BOGUS``), else by its name (``sasl.username and sasl.password must be set``). Secrets'
+    values are never looked for; values shorter than 3 characters or plain numbers would
+    match by chance."""
+    words = {w.lower() for w in _WORD.findall(problem)}
+    for key, value in sorted(config.items()):
+        plain = value.lower()
+        if not is_secret(key) and len(plain) >= 3 and not plain.isdigit() and plain in words:
+            return key
+    text = problem.lower()
+    for key in sorted(config):
+        if key in text or key.replace(".", " ") in text:
+            return key
+    return None
 
 
 def _rejection(config: dict[str, str]) -> str | None:
