@@ -13,9 +13,10 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from worker.assignment.task_id import TP
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable
+from worker.errors import BrokerAccessDenied, FatalError, KafkaUnavailable
+from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.client_config import base_config
-from worker.kafka.error_classifier import topic_exists
+from worker.kafka.error_classifier import denies_access, topic_exists
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +78,14 @@ class Admin:
         try:
             metadata = self._admin.list_topics(timeout=timeout)
         except ck.KafkaException as exc:
+            self._admin.poll(0)  # serves error_cb: a refused login shows there only
+            BROKER_ACCESS.check()
             raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
         counts: dict[str, int] = {}
         for topic in topics:
             meta = metadata.topics.get(topic)
+            if meta is not None and denies_access(meta.error):
+                raise BrokerAccessDenied(f"topic {topic}: {meta.error}")
             if meta is not None and meta.error is None and meta.partitions:
                 counts[topic] = len(meta.partitions)
         return counts

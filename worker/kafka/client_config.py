@@ -15,6 +15,7 @@ import confluent_kafka
 
 from worker.config import PASSTHROUGH_PREFIX, Settings, is_secret
 from worker.errors import ConfigError
+from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.client_logs import librdkafka_logger
 
 # Fetch tuning from platform-facts: the default 1000 ms queue backoff stalls a consumer
@@ -38,6 +39,7 @@ def base_config(settings: Settings, client: str) -> dict[str, Any]:
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": f"{settings.application_id}-{client}",
         "logger": librdkafka_logger(client),
+        "error_cb": BROKER_ACCESS.error_cb,  # a refused login or ACL: see broker_access.py
     }
     config.update(settings.kafka_passthrough())
     return config

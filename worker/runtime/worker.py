@@ -18,6 +18,7 @@ from worker.assignment.model import Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
 from worker.events import WORKER_STARTING, WORKER_STOPPED
+from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.member_states import Lost, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
@@ -279,8 +280,11 @@ class Worker:
         """Follow whether the group member reaches its coordinator; not ready while not.
 
         Once joined, losing the coordinator is how an unreachable broker shows first: an
-        idle worker has no commit that could fail. Changes are logged and published.
+        idle worker has no commit that could fail. Changes are logged and published. A
+        broker that refused a client's credentials or ACLs (``BROKER_ACCESS``) raises
+        BrokerAccessDenied: the run enters ERROR and the worker exits 2.
         """
+        BROKER_ACCESS.check()
         if not self._assigned:
             return
         connected = rt.member.coordinator_known
