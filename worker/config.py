@@ -91,6 +91,7 @@ class Settings(BaseModel):
     state_dir: Path = Field(Path("./state"), alias="state.dir")
     initial_standbys_enabled: bool = Field(True, alias="initial.standbys.enabled")
     state_cleanup_delay_ms: int = Field(600000, alias="state.cleanup.delay.ms", ge=0)
+    state_disk_min_free_bytes: int = Field(1024 * MiB, alias="state.disk.min.free.bytes", ge=0)
     statestore_checkpoint_interval_ms: int = Field(
         300000, alias="statestore.checkpoint.interval.ms", ge=0
     )

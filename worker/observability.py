@@ -253,6 +253,12 @@ class Metrics:
         self.rebalances = Counter(
             "worker_rebalances_total", "Assignments received from the group", registry=r
         )
+        self.state_dir_free_bytes = Gauge(
+            "worker_state_dir_free_bytes",
+            "Bytes free on the state directory's file system (for unprivileged writes);"
+            " alert well before 0: state.disk.min.free.bytes logs a warning below it",
+            registry=r,
+        )
         self.http_refused = Counter(
             "worker_http_refused_total",
             "HTTP requests or connections refused: connections, requests (the caps),"
