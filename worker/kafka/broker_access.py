@@ -10,12 +10,13 @@ keeps the first refusal it is told of; the start-up steps and the processing loo
 librdkafka's reason).
 
 Thread-safety: librdkafka calls ``error_cb`` from whichever thread serves the client's
-callbacks; the reason is written once under a lock and read without one.
+callbacks; the reason is one attribute, replaced whole (two refusals at once keep either
+one: both are the reason). No lock: a client's configuration travels to Spark's executors
+by pickle, and the watch pickles as a reference to the receiving process's own.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from worker.errors import BrokerAccessDenied
@@ -26,15 +27,15 @@ class BrokerAccess:
     """The first access refusal any client of the process was told of."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self.reason: str | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _process_access, ()
 
     def error_cb(self, error: Any) -> None:
         """confluent-kafka's ``error_cb``: keeps the reason of the first refusal."""
         if self.reason is None and denies_access(error):
-            with self._lock:
-                if self.reason is None:
-                    self.reason = str(error.str())
+            self.reason = str(error.str())
 
     def check(self) -> None:
         """Raises BrokerAccessDenied once a client was refused access."""
@@ -44,10 +45,14 @@ class BrokerAccess:
 
     def forget(self) -> None:
         """For tests that provoke a refusal in-process."""
-        with self._lock:
-            self.reason = None
+        self.reason = None
 
 
 # One per process: every client shares it through its configuration (a parameter on
 # every client's constructor would thread it through eight adapters for one flag).
 BROKER_ACCESS = BrokerAccess()
+
+
+def _process_access() -> BrokerAccess:
+    """What an unpickled :class:`BrokerAccess` is: the receiving process's own."""
+    return BROKER_ACCESS

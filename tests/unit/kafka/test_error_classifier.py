@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import confluent_kafka as ck
 import kafka.errors as kerrors
 import pytest
@@ -16,7 +18,7 @@ from worker.errors import (
     TaskMigrated,
     TransactionAborted,
 )
-from worker.kafka.broker_access import BrokerAccess
+from worker.kafka.broker_access import BROKER_ACCESS, BrokerAccess
 from worker.kafka.error_classifier import (
     abort_can_be_retried,
     denies_access,
@@ -173,3 +175,9 @@ def test_the_first_refusal_a_client_reports_is_kept_with_librdkafkas_reason() ->
     with pytest.raises(BrokerAccessDenied, match="SASL handshake failed") as raised:
         access.check()
     assert raised.value.key == "kafka"
+
+
+def test_a_clients_configuration_pickles_for_spark_with_the_receivers_own_access_watch() -> None:
+    restored = pickle.loads(pickle.dumps({"error_cb": BROKER_ACCESS.error_cb}))
+
+    assert restored["error_cb"].__self__ is BROKER_ACCESS
