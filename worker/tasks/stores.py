@@ -66,7 +66,7 @@ class WindowMetrics:
     def restore_skipped(self, records: int) -> None:
         self._skipped.inc(records)
 
-    def late_record(self, partition: int, key: bytes | None, late_ms: int) -> None:
+    def late_record(self, partition: int | None, key: bytes | None, late_ms: int) -> None:
         self._late_records.labels(task=self._task, processor=self._store).inc()
         shown = None if key is None else key[:LOGGED_KEY_BYTES].decode("utf-8", "replace")
         self._late_log.warning(RECORD_LATE, partition=partition, key=shown, late_ms=late_ms)
