@@ -74,13 +74,7 @@ class Admin:
 
     def partition_counts(self, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
         """Partition count of each existing topic; missing topics are absent from the result."""
-        self._admin.poll(0)  # hands over the admin client's queued log lines
-        try:
-            metadata = self._admin.list_topics(timeout=timeout)
-        except ck.KafkaException as exc:
-            self._admin.poll(0)  # serves error_cb: a refused login shows there only
-            BROKER_ACCESS.check()
-            raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
+        metadata = self._metadata(timeout)
         counts: dict[str, int] = {}
         for topic in topics:
             meta = metadata.topics.get(topic)
@@ -92,12 +86,23 @@ class Admin:
 
     def topic_names(self, timeout: float = 10.0) -> set[str]:
         """Every topic the broker has. Raises KafkaUnavailable without an answer."""
-        self._admin.poll(0)
+        return set(self._metadata(timeout).topics)
+
+    def _metadata(self, timeout: float) -> Any:
+        """The cluster's metadata.
+
+        Raises:
+            BrokerAccessDenied: a client of the process was refused access (a login the
+                broker refused shows only in the admin client's error_cb, served here).
+            KafkaUnavailable: no answer within ``timeout``.
+        """
+        self._admin.poll(0)  # hands over the admin client's queued log lines
         try:
-            metadata = self._admin.list_topics(timeout=timeout)
+            return self._admin.list_topics(timeout=timeout)
         except ck.KafkaException as exc:
+            self._admin.poll(0)
+            BROKER_ACCESS.check()
             raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
-        return set(metadata.topics)
 
     def create_topics(self, specs: Sequence[TopicSpec], timeout: float = 30.0) -> list[str]:
         """Create the topics that do not exist yet; return the names created."""
