@@ -28,8 +28,8 @@ from worker.dsl import StreamsBuilder
 from worker.errors import ConfigError, TopologyError, WorkerError
 from worker.kafka.client_config import check_passthrough
 from worker.observability import configure_logging, get_logger
-from worker.processing import timestamps
 from worker.processing.topology import BuiltTopology, Topology
+from worker.runtime.settings_checks import check_settings
 
 DEFAULT_APP = "worker.examples.payments:build"
 
@@ -52,6 +52,20 @@ def _load_settings(
         overrides["state.dir"] = str(state_dir)
     loaded = load(config, overrides)
     check_passthrough(loaded.settings)
+    return loaded
+
+
+def _checked_settings(
+    config: Path | None, sets: tuple[str, ...], state_dir: Path | None
+) -> LoadedSettings:
+    """:func:`_load_settings` and every check ``worker start`` makes before it starts
+    (``worker.runtime.settings_checks``): ``start`` and ``config show`` call this one.
+
+    Raises:
+        ConfigError: naming the bad key.
+    """
+    loaded = _load_settings(config, sets, state_dir)
+    check_settings(loaded.settings)
     return loaded
 
 
@@ -117,11 +131,8 @@ def main() -> None:
 def start(config: Path | None, sets: tuple[str, ...], state_dir: Path | None, app: str) -> None:
     """Run the worker until SIGTERM or SIGINT."""
     try:
-        loaded = _load_settings(config, sets, state_dir)
+        loaded = _checked_settings(config, sets, state_dir)
         topology = load_topology(app, loaded.settings.application_id)
-        # Imported now so a name that does not load exits 2; each task resolves it again
-        # (from the module cache) when it builds its graph.
-        timestamps.resolve(loaded.settings.timestamp_extractor)
     except ConfigError as exc:
         _fail(str(exc), 2)
     except TopologyError as exc:
@@ -184,7 +195,7 @@ def config_show(config: Path | None, sets: tuple[str, ...], show_secrets: bool) 
     unless --show-secrets is given.
     """
     try:
-        loaded = _load_settings(config, sets, None)
+        loaded = _checked_settings(config, sets, None)
     except ConfigError as exc:
         _fail(str(exc), 2)
     values = {k: _shown(v) for k, v in loaded.settings.model_dump(by_alias=True).items()}

@@ -95,6 +95,7 @@ class Settings(BaseModel):
     state_dir: Path = Field(Path("./state"), alias="state.dir")
     initial_standbys_enabled: bool = Field(True, alias="initial.standbys.enabled")
     state_cleanup_delay_ms: int = Field(600000, alias="state.cleanup.delay.ms", ge=0)
+    state_disk_min_free_bytes: int = Field(1024 * MiB, alias="state.disk.min.free.bytes", ge=0)
     statestore_checkpoint_interval_ms: int = Field(
         300000, alias="statestore.checkpoint.interval.ms", ge=0
     )
@@ -137,6 +138,7 @@ class Settings(BaseModel):
     http_max_requests: int = Field(16, alias="http.max.requests", ge=1, le=1024)
     http_max_connections: int = Field(512, alias="http.max.connections", ge=8, le=65536)
     http_socket_timeout_ms: int = Field(10000, alias="http.socket.timeout.ms", ge=100)
+    http_request_timeout_ms: int = Field(10000, alias="http.request.timeout.ms", ge=100)
     # -- end of HTTP access and limits -------------------------------------------------
     session_timeout_ms: int = Field(10000, alias="session.timeout.ms", ge=1000)
     heartbeat_interval_ms: int = Field(3000, alias="heartbeat.interval.ms", ge=100)
@@ -162,6 +164,8 @@ class Settings(BaseModel):
         alias="timestamp.extractor",
         pattern=r"^(record|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$",
     )
+    # Kafka 4's broker default for log.message.timestamp.after.max.ms; -1: no bound.
+    timestamp_max_future_ms: int = Field(3_600_000, alias="timestamp.max.future.ms", ge=-1)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)

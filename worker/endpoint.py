@@ -75,3 +75,11 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a name that resolves elsewhere, or 0.0.0.0-like wildcards in words
+
+
+WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def is_wildcard(host: str) -> bool:
+    """True for an address that binds every interface: never one others can reach."""
+    return host in WILDCARDS

@@ -28,6 +28,15 @@ class ConfigError(WorkerError):
         self.message = message
 
 
+class BrokerAccessDenied(ConfigError):
+    """The broker refused this worker's credentials (SASL, TLS) or its permissions
+    (ACLs): fix the ``kafka.*`` settings or the broker's ACLs. Waiting cures nothing, so
+    it is not retried like an unreachable broker; exit code 2, with librdkafka's reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("kafka", f"the broker refused access (SASL, TLS or ACLs): {reason}")
+
+
 class TopologyError(WorkerError):
     """The user's topology is malformed or does not match the topics (fatal)."""
 

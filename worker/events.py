@@ -47,6 +47,7 @@ RESTORE_DONE = "restore.done"
 
 # records (processing/handlers.py)
 RECORD_SKIPPED = "record.skipped"
+RECORD_LATE = "record.late"  # a windowed aggregation dropped a record (throttled)
 
 # librdkafka's own log lines (kafka/client_logs.py)
 LIBRDKAFKA_LOG = "librdkafka.log"

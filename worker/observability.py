@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -50,6 +51,28 @@ def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:
     """A lazy logger: it binds to the configuration in force when it first logs, so loggers
     made at import time (before ``configure_logging``) still write JSON to stderr."""
     return structlog.get_logger(**bound)  # type: ignore[no-any-return]
+
+
+class ThrottledLog:
+    """At most one warning per ``interval_s`` on ``monotonic``'s clock; the lines left out
+    are counted in the next one (``suppressed``). For events that can come once per
+    record (skipped, late): a log line each would drown the log and slow the loop.
+    Owner thread only."""
+
+    def __init__(self, log: Any, monotonic: Callable[[], float], interval_s: float = 1.0) -> None:
+        self._log = log
+        self._monotonic = monotonic
+        self._interval_s = interval_s
+        self._last = float("-inf")
+        self._suppressed = 0
+
+    def warning(self, event: str, **fields: Any) -> None:
+        now = self._monotonic()
+        if now - self._last < self._interval_s:
+            self._suppressed += 1
+            return
+        self._log.warning(event, **fields, suppressed=self._suppressed)
+        self._last, self._suppressed = now, 0
 
 
 class _TaskGauge:
@@ -230,10 +253,18 @@ class Metrics:
         self.rebalances = Counter(
             "worker_rebalances_total", "Assignments received from the group", registry=r
         )
+        self.state_dir_free_bytes = Gauge(
+            "worker_state_dir_free_bytes",
+            "Bytes free on the state directory's file system (for unprivileged writes);"
+            " alert well before 0: state.disk.min.free.bytes logs a warning below it",
+            registry=r,
+        )
         self.http_refused = Counter(
             "worker_http_refused_total",
             "HTTP requests or connections refused: connections, requests (the caps),"
-            " unauthorized, forbidden (the query API is off), misrouted (a second hop)",
+            " evicted (the longest-waiting connection, for a new one), deadline (a request"
+            " not in within http.request.timeout.ms), unauthorized, forbidden (the query"
+            " API is off), misrouted (a second hop)",
             ["reason"],
             registry=r,
         )

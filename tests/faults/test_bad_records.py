@@ -150,3 +150,67 @@ def test_fail_stops_the_worker_with_an_error_naming_the_record(
     (line,) = [line for line in worker.logs().splitlines() if line.startswith("error:")]
     assert expected in line and f"{counting.INPUTS}-" in line, line
     assert "exception.handler = fail" in line, line
+
+
+def burst() -> list[tuple[bytes, bytes]]:
+    """Seven bad records in a row, on one key: undecodable, oversized and poisoned, mixed."""
+    oversized = orjson.dumps({"id": -2, "pad": "x" * 2 * MAX_RECORD_BYTES})
+    return [
+        (b"bad", b"{not json"),
+        (b"bad", orjson.dumps({"id": -3, "poison": True})),
+        (b"bad", oversized),
+        (b"bad", orjson.dumps({"id": -4, "poison": True})),
+        (b"bad", b"\xff\xfe"),
+        (b"bad", orjson.dumps({"id": -5, "poison": True})),
+        (b"bad", b"[1, 2"),
+    ]
+
+
+COMMIT_INTERVAL_MS = 1000
+
+
+@pytest.mark.duration(10)
+def test_a_burst_under_at_least_once_dead_letters_each_record_once_and_stalls_briefly(
+    own_broker, worker_factory
+):
+    """Each poisoned record revives its task from the last commit, which replays the bad
+    records before it: before issue 32 each replay dead-lettered them again (the copies
+    grew with the square of the burst). The stall is measured from the outputs' times
+    (the wall-clock extractor stamps each with its processing time): from the first
+    output of the last good record before the burst to that of the first one after it,
+    in the burst's partition."""
+    bootstrap = own_broker.bootstrap
+    create_topics(bootstrap)
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "processing.guarantee": "at_least_once",
+        "commit.interval.ms": COMMIT_INTERVAL_MS,
+        "default.deserialization.exception.handler": "dead_letter",
+        "processing.exception.handler": "dead_letter",
+        "processing.exception.max.retries": 0,
+        "max.record.bytes": MAX_RECORD_BYTES,
+        "timestamp.extractor": "worker.processing.timestamps:wall_clock",
+    }
+    worker = worker_factory("w", settings=settings, args=["--app", APP], env={"PYTHONPATH": REPO})
+    worker.wait_ready(90)
+
+    produce_raw(bootstrap, counting.INPUTS, good(0, 50) + burst() + good(50, 50))
+
+    wait_until(lambda: set(output_ids(bootstrap)) >= set(range(100)), 60, message="all outputs")
+    worker.wait_for_metric("worker_dead_lettered_records_total", lambda v: v == 7, 30)
+    worker.wait_for_metric("worker_task_revivals_total", lambda v: v == 3, 30)
+    assert worker.metric("worker_dead_lettered_records_total") == 7
+    assert worker.terminate() == 0
+    letters = committed(bootstrap, f"{worker_factory.application_id}-dlq")
+    assert len(letters) == 7, "each bad record once"
+    assert len({dict(m.headers)["__worker.errors.offset"] for m in letters}) == 7
+    (partition,) = {int(dict(m.headers)["__worker.errors.partition"]) for m in letters}
+    first_seen: dict[int, int] = {}  # id -> when its first output was stamped
+    for p, r in read_committed_topic(bootstrap, counting.OUTPUTS, PARTITIONS):
+        if p == partition and r.value:
+            key = orjson.loads(r.value)["id"]
+            first_seen[key] = min(first_seen.get(key, r.timestamp), r.timestamp)
+    before = max(t for i, t in first_seen.items() if i < 50)
+    after = min(t for i, t in first_seen.items() if i >= 50)
+    print(f"partition {partition}: the burst held up new records for {after - before} ms")
+    assert after - before <= COMMIT_INTERVAL_MS, f"the burst stalled its task {after - before} ms"

@@ -256,3 +256,43 @@ def _clear_errors(a: WorkerProcess) -> None:
     assert bad.status == 400 and "allow_stale" in bad.json["error"]
     table = get(endpoint(a), "/stores/account-profiles/keys/%ff")
     assert table.status == 400
+
+
+TOKEN = "integration-token-0123456789abcdef"
+
+
+def test_a_wildcard_bind_is_never_advertised_and_bad_queries_are_short_400s(
+    own_broker: Any, worker_factory: Any
+) -> None:
+    """``http.host = 0.0.0.0`` without ``application.server``: the worker warns and
+    advertises its host name, never 0.0.0.0 (issue 32). Repeated query parameters are a
+    400, and a 400 repeats at most a short prefix of a 5,000-character parameter."""
+    example_data(own_broker.bootstrap, accounts=20)
+    worker = worker_factory(
+        "wild",
+        settings={"bootstrap.servers": own_broker.bootstrap, "http.host": "0.0.0.0"},
+        env={"WORKER_HTTP_AUTH_TOKEN": TOKEN},
+    )
+    worker.wait_ready(90)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+    def call(path: str) -> tuple[int, Any]:
+        connection = http.client.HTTPConnection("127.0.0.1", worker.http_port, timeout=5)
+        try:
+            connection.request("GET", path, headers=bearer)
+            response = connection.getresponse()
+            return response.status, orjson.loads(response.read())
+        finally:
+            connection.close()
+
+    status, tasks = call("/tasks")
+    assert status == 200
+    advertised = {tasks["endpoint"], *tasks["active_hosts"]}
+    assert not any(host.startswith(("0.0.0.0", "[::]")) for host in advertised), advertised
+    (warning,) = [e for e in worker.log_events() if e.get("event") == "http.endpoint_guessed"]
+    assert warning["endpoint"] == tasks["endpoint"]
+
+    status, body = call(f"/stores/{TOTALS}/keys/acct-1?allow_stale=true&allow_stale=false")
+    assert status == 400 and "more than once" in body["error"]
+    status, body = call(f"/stores/{TOTALS}/range?limit=" + "q" * 5000)
+    assert status == 400 and len(body["error"]) <= 220 and "q" * 100 not in body["error"]

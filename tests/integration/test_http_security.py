@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -213,3 +215,53 @@ def test_bad_http_security_settings_exit_2_naming_the_key(
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
     assert key in line
     assert "too-short" not in result.stderr
+
+
+HANDSHAKE_DEADLINE_MS = 1500
+
+
+def test_both_listeners_serve_tls_and_mutual_tls_live(
+    own_broker: Any, worker_factory: Any, data: ExampleData, certificates: Certificates, ports: Any
+) -> None:
+    """One worker with TLS on ``http.port`` and ``http.management.port``: each answers over
+    TLS with and without a client certificate (mutual TLS) and refuses plain HTTP and a
+    certificate of another CA; the query API opens to the certificate on the query port
+    only; a client that connects and never starts its handshake is closed at the request
+    deadline, not after the (longer) socket timeout."""
+    management = ports.take()
+    worker = worker_factory(
+        "tls",
+        settings={
+            "bootstrap.servers": own_broker.bootstrap,
+            "http.tls.cert.file": str(certificates.cert),
+            "http.tls.key.file": str(certificates.key),
+            "http.tls.ca.file": str(certificates.ca),
+            "http.management.port": management,
+            "http.request.timeout.ms": HANDSHAKE_DEADLINE_MS,
+        },
+    )
+    anonymous = tls_client(certificates, with_certificate=False)
+    mutual = tls_client(certificates, with_certificate=True)
+    stranger = ssl.create_default_context(cafile=str(certificates.ca))
+    stranger.load_cert_chain(str(certificates.stranger_cert), str(certificates.stranger_key))
+    wait_until(lambda: ready_over_tls(worker, anonymous), 90, 0.5, "ready over TLS")
+
+    for port in (port_of(worker), management):
+        for context in (anonymous, mutual):
+            assert call(port, "/healthz", context=context)[0] == 200
+            assert call(port, "/metrics", context=context)[0] == 200
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            call(port, "/healthz")  # plain HTTP on a TLS port
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            call(port, "/healthz", context=stranger)
+    assert call(port_of(worker), "/tasks", context=anonymous)[0] == 401  # no credentials
+    assert call(port_of(worker), "/tasks", context=mutual)[0] == 200
+    assert call(management, "/tasks", context=mutual)[0] == 404  # probes and metrics only
+
+    for port in (port_of(worker), management):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            started = time.monotonic()
+            assert silent.recv(1) == b"", "closed by the worker"
+            waited = time.monotonic() - started
+        assert waited < HANDSHAKE_DEADLINE_MS / 1000 + 2, f"closed after {waited:.1f} s"
+    assert call(management, "/healthz", context=anonymous)[0] == 200

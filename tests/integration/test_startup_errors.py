@@ -167,3 +167,26 @@ def test_a_timestamp_extractor_that_does_not_load_exits_2_naming_the_key(tmp_pat
     (line,) = _error_lines(result)
     assert "timestamp.extractor" in line
     assert not (tmp_path / "payments-app").exists(), "nothing may start on a bad config"
+
+
+@pytest.mark.integration
+def test_a_broker_refusing_the_sasl_login_exits_2_with_librdkafkas_reason(
+    own_broker, worker_factory
+):
+    """The test broker refuses every SASL handshake, as a broker refuses a wrong password
+    or mechanism: the worker used to wait "for the broker" for ever with /healthz 200."""
+    w = worker_factory(
+        "sasl",
+        settings={
+            "bootstrap.servers": own_broker.bootstrap,
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "svc",
+            "kafka.sasl.password": "not-the-password",
+        },
+    )
+
+    assert w.wait_exit(60) == 2
+    (line,) = [x for x in w.logs().splitlines() if x.startswith("error:")]
+    assert line.startswith("error: config error: kafka: the broker refused access"), line
+    assert "SASL PLAIN mechanism handshake failed" in line and "not-the-password" not in line

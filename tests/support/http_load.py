@@ -47,6 +47,50 @@ def start_burst(stack: ExitStack, port: int, clients: int = 60) -> subprocess.Po
     return burst
 
 
+SLOW_HEADERS = """
+import socket, sys, threading, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+clients, interval = int(sys.argv[2]), float(sys.argv[3])
+deadline = time.monotonic() + float(sys.argv[4])
+def trickle(port):
+    while time.monotonic() < deadline:
+        sock = None
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET /healthz HTTP/1.1\\r\\n")
+            while time.monotonic() < deadline:
+                time.sleep(interval)
+                sock.sendall(b"X-Slow: 1\\r\\n")
+        except OSError:
+            pass  # closed by the server (deadline or eviction): connect again
+        finally:
+            if sock is not None:
+                sock.close()
+for port in ports:
+    for _ in range(clients):
+        threading.Thread(target=trickle, args=(port,), daemon=True).start()
+print("started", flush=True)
+time.sleep(max(0.0, deadline - time.monotonic()))
+"""
+
+
+def start_slow_headers(
+    stack: ExitStack, ports: list[int], clients: int, interval_s: float, seconds: float
+) -> subprocess.Popen[str]:
+    """``clients`` connections per port in another process, each sending a request line
+    and then one header line every ``interval_s``, never finishing, and connecting again
+    whenever the server closes one, for ``seconds`` (killed when ``stack`` closes)."""
+    args = [",".join(map(str, ports)), str(clients), str(interval_s), str(seconds)]
+    slow = stack.enter_context(
+        subprocess.Popen(
+            [sys.executable, "-c", SLOW_HEADERS, *args], stdout=subprocess.PIPE, text=True
+        )
+    )
+    stack.callback(slow.kill)
+    assert slow.stdout is not None and "started" in slow.stdout.readline()
+    return slow
+
+
 def healthz(port: int) -> tuple[int, float]:
     """GET /healthz on loopback: (status, milliseconds it took)."""
     started = time.perf_counter()
@@ -58,3 +102,11 @@ def healthz(port: int) -> tuple[int, float]:
     finally:
         connection.close()
     return response.status, (time.perf_counter() - started) * 1000
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    """The sample below which ``fraction`` of ``samples`` lie (nearest rank): probes
+    assert a high percentile, not the max, which one scheduling delay on a loaded shared
+    machine decides."""
+    ordered = sorted(samples)
+    return ordered[max(0, min(len(ordered) - 1, int(len(ordered) * fraction + 0.5) - 1))]

@@ -11,8 +11,13 @@ probe. :class:`BoundedServer` fixes the three:
    TLS handshake included (it runs in the connection's thread, never in the accept
    loop): a client that goes quiet loses its thread after that long.
 3. **At most** ``http.max.connections`` **connection threads**; a connection beyond
-   them is answered 503 at once (plain HTTP) or closed (TLS) by the accept loop,
-   without reading anything.
+   them takes the place of the one that has waited longest for its request
+   (:mod:`worker.http.deadlines`), or, when every connection is busy answering, is
+   answered 503 at once (plain HTTP) or closed (TLS) by the accept loop, without
+   reading anything. An evicted thread ends at once, but until it has, the count may
+   pass the cap by the evictions in flight (at most the cap again).
+4. **A deadline for the whole request** (``http.request.timeout.ms``), line and headers,
+   the TLS handshake included (:mod:`worker.http.deadlines`).
 
 On top, :class:`RequestSlots` (``http.max.requests``) bounds the query requests being
 answered at once: beyond it a query gets a 503 with ``Retry-After``. The public paths
@@ -34,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from worker.config import Settings
+from worker.http.deadlines import WaitingConnections
 from worker.observability import get_logger
 
 BACKLOG = 1024
@@ -56,6 +62,7 @@ class HttpLimits:
     max_connections: int = 512
     max_requests: int = 16
     socket_timeout_s: float = 10.0
+    request_timeout_s: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpLimits:
@@ -63,6 +70,7 @@ class HttpLimits:
             settings.http_max_connections,
             settings.http_max_requests,
             settings.http_socket_timeout_ms / 1000.0,
+            settings.http_request_timeout_ms / 1000.0,
         )
 
 
@@ -93,10 +101,13 @@ class BoundedServer(ThreadingHTTPServer):
         handler: type[BaseHTTPRequestHandler],
         limits: HttpLimits,
         tls: ssl.SSLContext | None,
-        on_refused: Callable[[], None] = lambda: None,
+        on_refused: Callable[[str], None] = lambda reason: None,
     ) -> None:
+        """``on_refused(reason)`` counts a connection refused (``connections``), evicted
+        (``evicted``) or closed at its request deadline (``deadline``)."""
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.limits = limits
+        self.waiting = WaitingConnections()
         self._tls = tls
         self._on_refused = on_refused
         self._lock = threading.Lock()
@@ -112,12 +123,15 @@ class BoundedServer(ThreadingHTTPServer):
         """In the accept loop: start the connection's thread, or refuse it when full."""
         with self._lock:
             full = self._connections >= self.limits.max_connections
-            if not full:
-                self._connections += 1
+        if full and self.waiting.evict_oldest():
+            self._on_refused("evicted")
+            full = False
         if full:
-            self._on_refused()
+            self._on_refused("connections")
             self._refuse(request)
             return
+        with self._lock:
+            self._connections += 1
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -125,21 +139,32 @@ class BoundedServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """The connection's thread, which names it among the waiting ones for its life."""
+        self.waiting.waiting(threading.get_ident(), request)
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.waiting.busy(threading.get_ident())
             self._release()
 
+    def deadline_expired(self) -> None:
+        """A request did not arrive within its deadline (its connection closes)."""
+        self._on_refused("deadline")
+
     def finish_request(self, request: Any, client_address: Any) -> None:
-        """In the connection's thread: the timeout, then the TLS handshake, then HTTP."""
-        request.settimeout(self.limits.socket_timeout_s)
+        """In the connection's thread: the timeout, then the TLS handshake (within the
+        request deadline), then HTTP."""
+        limits = self.limits
         if self._tls is None:
+            request.settimeout(limits.socket_timeout_s)
             super().finish_request(request, client_address)
             return
+        request.settimeout(min(limits.socket_timeout_s, limits.request_timeout_s))
         try:
             wrapped = self._tls.wrap_socket(request, server_side=True)
         except (OSError, ValueError):
             return  # a failed or abandoned handshake: the caller closes the socket
+        self.waiting.waiting(threading.get_ident(), wrapped)  # the same connection, wrapped
         try:
             super().finish_request(wrapped, client_address)
         finally:

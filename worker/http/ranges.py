@@ -46,6 +46,7 @@ from worker.http.queries import (
     store_of,
     unavailable,
 )
+from worker.http.targets import echo
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.runtime.status import Status, TaskStatus
 from worker.serde import SerdeError
@@ -144,7 +145,7 @@ def parse(
     """The checked request. Raises BadRequest or ScanRangeError (both a 400)."""
     unknown = sorted(set(params) - PARAMETERS[kind])
     if unknown:
-        raise BadRequest(f"unknown query parameters {unknown}")
+        raise BadRequest(f"unknown query parameters {', '.join(echo(n) for n in unknown[:3])}")
     if kind == "prefix":
         if not params.get("prefix"):
             raise BadRequest("prefix= is required (a range query without bounds reads all keys)")
@@ -186,7 +187,7 @@ def _int(params: Mapping[str, str], name: str, default: int | None) -> int | Non
     try:
         return int(text)
     except ValueError:
-        raise BadRequest(f"{name} must be an integer, got {text!r}") from None
+        raise BadRequest(f"{name} must be an integer, got {echo(text)}") from None
 
 
 _TRUE = frozenset({"true", "1", "yes", ""})
@@ -196,7 +197,7 @@ _FALSE = frozenset({"false", "0", "no"})
 def flag(params: Mapping[str, str], name: str) -> bool:
     text = params.get(name, "false").lower()
     if text not in _TRUE | _FALSE:
-        raise BadRequest(f"{name} must be true or false, got {text!r}")
+        raise BadRequest(f"{name} must be true or false, got {echo(text)}")
     return text in _TRUE
 
 

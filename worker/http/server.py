@@ -46,11 +46,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.endpoint import is_loopback
 from worker.errors import FatalError
+from worker.http.deadlines import DeadlineHandler
 from worker.http.limits import BoundedServer, HttpLimits, RequestSlots
 from worker.http.queries import ENDPOINT_HEADER, TASK_HEADER, QueryRouter, Reply
 from worker.http.ranges import PARAMETERS, RangeQueries
 from worker.http.security import PUBLIC_PATHS, Access, HttpSecurity
-from worker.http.targets import HOP_HEADER, BadTarget, Target, decode, parameters, parse_target
+from worker.http.targets import (
+    HOP_HEADER,
+    BadTarget,
+    Target,
+    decode,
+    echo,
+    parameters,
+    parse_target,
+)
 from worker.http.windows import PARAMETERS as WINDOW_PARAMETERS
 from worker.http.windows import WindowQueries
 from worker.observability import Metrics, get_logger
@@ -131,7 +140,7 @@ class HttpServer:
                 handler,
                 self._limits,
                 self._security.server_context,
-                self._metrics.http_refused.labels(reason="connections").inc,
+                lambda reason: self._metrics.http_refused.labels(reason=reason).inc(),
             )
         except OSError as exc:
             raise FatalError(
@@ -175,11 +184,12 @@ class HttpServer:
         """The JSON answer to ``GET raw_path`` (every path but ``/metrics``), once the
         request may be answered (access and slots are the handler's)."""
         try:
-            return self._answer(parse_target(raw_path, hop_header))
+            reply = self._answer(parse_target(raw_path, hop_header))
         except BadTarget as exc:
             return Reply(400, {"error": f"bad request target: {exc}"})
         except UnicodeDecodeError:
             return Reply(400, {"error": "the path is not valid percent-encoded UTF-8"})
+        return _bounded(reply)
 
     def _answer(self, target: Target) -> Reply:
         path = target.path
@@ -215,7 +225,7 @@ class HttpServer:
         assert self._windows is not None
         origin = target.redirect_origin
         if len(segments) == 4 and segments[3] in PARAMETERS | WINDOW_PARAMETERS:
-            last = {k: v[-1] for k, v in parameters(target.query).items()}
+            last = parameters(target.query)
             store = decode(segments[2])
             if segments[3] in WINDOW_PARAMETERS:
                 return self._windows.get(store, segments[3], last, origin)
@@ -231,10 +241,12 @@ class HttpServer:
         params = parameters(target.query)
         unknown = sorted(set(params) - {"allow_stale"})
         if unknown:
-            return Reply(400, {"error": f"unknown query parameters: {unknown}"})
-        stale_text = params.get("allow_stale", ["false"])[-1].lower()
+            names = ", ".join(echo(name) for name in unknown[:3])
+            return Reply(400, {"error": f"unknown query parameters: {names}"})
+        stale_text = params.get("allow_stale", "false").lower()
         if stale_text not in _TRUE | _FALSE:
-            return Reply(400, {"error": f"allow_stale must be true or false, got {stale_text!r}"})
+            shown = echo(stale_text)
+            return Reply(400, {"error": f"allow_stale must be true or false, got {shown}"})
         store = decode(segments[2])
         key = decode(segments[4])
         return self._queries.get(store, key, stale_text in _TRUE, origin)
@@ -261,7 +273,7 @@ class HttpServer:
     def _handler_class(self, public_only: bool) -> type[BaseHTTPRequestHandler]:
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(DeadlineHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 try:
                     path = parse_target(self.path).path
@@ -297,7 +309,7 @@ class HttpServer:
                 """http.server's own errors (bad request line, 414, 431, 501) as JSON."""
                 self.close_connection = True
                 text = message or explain or HTTPStatus(code).phrase
-                payload = orjson.dumps({"error": text})
+                payload = orjson.dumps({"error": _cut(text)})  # it may quote the request line
                 self.send_response(code, message)
                 self.send_header("Connection", "close")
                 self.send_header("Content-Type", "application/json")
@@ -328,6 +340,26 @@ class HttpServer:
                 return  # access logs would drown the structured log
 
         return Handler
+
+
+_ERROR_CHARS = 200  # an error message, at most: one that quotes the request is cut
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _ERROR_CHARS else f"{text[:_ERROR_CHARS]}... (cut)"
+
+
+def _bounded(reply: Reply) -> Reply:
+    """``reply`` with its error message cut to :data:`_ERROR_CHARS`: a refusal repeats at
+    most a short prefix of what it refuses, whichever part of the code wrote it (a
+    serde's or a scan's error may quote the key or bound it could not use)."""
+    body = reply.body
+    if reply.status < 400 or not isinstance(body, dict):
+        return reply
+    error = body.get("error")
+    if not isinstance(error, str) or len(error) <= _ERROR_CHARS:
+        return reply
+    return Reply(reply.status, {**body, "error": _cut(error)}, reply.headers)
 
 
 def _misrouted(redirect: Reply) -> Reply:

@@ -68,6 +68,28 @@ def decode(segment: str) -> str:
     return unquote(segment, errors="strict")
 
 
-def parameters(query: str) -> dict[str, list[str]]:
-    """The query's parameters, decoded strictly (UnicodeDecodeError: a 400)."""
-    return parse_qs(query, keep_blank_values=True, errors="strict")
+ECHO_CHARS = 64  # what a 400 repeats of a value it refuses, at most
+
+
+def echo(value: str) -> str:
+    """``value`` as an error message repeats it: its first :data:`ECHO_CHARS`
+    characters, quoted, and how long it was when it was longer (a 5,000-character
+    parameter used to come back whole)."""
+    if len(value) <= ECHO_CHARS:
+        return repr(value)
+    return f"{value[:ECHO_CHARS]!r}... ({len(value)} characters)"
+
+
+def parameters(query: str) -> dict[str, str]:
+    """The query's parameters, decoded strictly (UnicodeDecodeError: a 400).
+
+    Raises:
+        BadTarget: a parameter given more than once (which one counts is for the client
+            to say, not for the server to guess).
+    """
+    found = parse_qs(query, keep_blank_values=True, errors="strict")
+    repeated = sorted(name for name, values in found.items() if len(values) > 1)
+    if repeated:
+        names = ", ".join(echo(name) for name in repeated[:3])
+        raise BadTarget(f"query parameters given more than once: {names}; give each once")
+    return {name: values[0] for name, values in found.items()}

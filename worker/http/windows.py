@@ -42,6 +42,7 @@ from worker.clock import MAX_TIME_MS
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.http.queries import TASK_HEADER, QueryRouter, Reply, store_of, unavailable
 from worker.http.ranges import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, answer_parsed, flag
+from worker.http.targets import echo
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
@@ -127,7 +128,7 @@ def parse(
         raise BadRequest(f"{store!r} is {what}: /{kind} reads {kind} stores")
     unknown = sorted(set(params) - PARAMETERS[kind])
     if unknown:
-        raise BadRequest(f"unknown query parameters {unknown}")
+        raise BadRequest(f"unknown query parameters {', '.join(echo(n) for n in unknown[:3])}")
     key = None
     if params.get("key") is not None:
         try:
@@ -161,7 +162,7 @@ def _int(params: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise BadRequest(f"{name} must be an integer, got {text!r}") from None
+        raise BadRequest(f"{name} must be an integer, got {echo(text)}") from None
 
 
 def _windows(query: WindowQuery, local: TaskStatus) -> Found | None:

@@ -13,9 +13,10 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from worker.assignment.task_id import TP
 from worker.config import Settings
-from worker.errors import FatalError, KafkaUnavailable
+from worker.errors import BrokerAccessDenied, FatalError, KafkaUnavailable
+from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.client_config import base_config
-from worker.kafka.error_classifier import topic_exists
+from worker.kafka.error_classifier import denies_access, topic_exists
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,26 +74,35 @@ class Admin:
 
     def partition_counts(self, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
         """Partition count of each existing topic; missing topics are absent from the result."""
-        self._admin.poll(0)  # hands over the admin client's queued log lines
-        try:
-            metadata = self._admin.list_topics(timeout=timeout)
-        except ck.KafkaException as exc:
-            raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
+        metadata = self._metadata(timeout)
         counts: dict[str, int] = {}
         for topic in topics:
             meta = metadata.topics.get(topic)
+            if meta is not None and denies_access(meta.error):
+                raise BrokerAccessDenied(f"topic {topic}: {meta.error}")
             if meta is not None and meta.error is None and meta.partitions:
                 counts[topic] = len(meta.partitions)
         return counts
 
     def topic_names(self, timeout: float = 10.0) -> set[str]:
         """Every topic the broker has. Raises KafkaUnavailable without an answer."""
-        self._admin.poll(0)
+        return set(self._metadata(timeout).topics)
+
+    def _metadata(self, timeout: float) -> Any:
+        """The cluster's metadata.
+
+        Raises:
+            BrokerAccessDenied: a client of the process was refused access (a login the
+                broker refused shows only in the admin client's error_cb, served here).
+            KafkaUnavailable: no answer within ``timeout``.
+        """
+        self._admin.poll(0)  # hands over the admin client's queued log lines
         try:
-            metadata = self._admin.list_topics(timeout=timeout)
+            return self._admin.list_topics(timeout=timeout)
         except ck.KafkaException as exc:
+            self._admin.poll(0)
+            BROKER_ACCESS.check()
             raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
-        return set(metadata.topics)
 
     def create_topics(self, specs: Sequence[TopicSpec], timeout: float = 30.0) -> list[str]:
         """Create the topics that do not exist yet; return the names created."""

@@ -8,12 +8,14 @@ settings (security, SASL, tuning); consumers add the fetch tuning below.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import confluent_kafka
 
 from worker.config import PASSTHROUGH_PREFIX, Settings, is_secret
 from worker.errors import ConfigError
+from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.client_logs import librdkafka_logger
 
 # Fetch tuning from platform-facts: the default 1000 ms queue backoff stalls a consumer
@@ -37,6 +39,7 @@ def base_config(settings: Settings, client: str) -> dict[str, Any]:
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": f"{settings.application_id}-{client}",
         "logger": librdkafka_logger(client),
+        "error_cb": BROKER_ACCESS.error_cb,  # a refused login or ACL: see broker_access.py
     }
     config.update(settings.kafka_passthrough())
     return config
@@ -62,10 +65,37 @@ def check_passthrough(settings: Settings) -> None:
         return
     for key, value in sorted(passthrough.items()):
         alone = _rejection({key: value})
-        if alone is not None:
+        # Refused when set (an unknown name, a bad value): this key. Refused only when
+        # the client is built, the key may be innocent: security.protocol=SASL_SSL alone
+        # fails for want of the default mechanism (GSSAPI), whatever sasl.mechanism says.
+        if alone is not None and not alone.startswith(_BUILD_FAILED):
             reason = "librdkafka rejects its value" if is_secret(key) else alone
             raise ConfigError(f"{PASSTHROUGH_PREFIX}{key}", reason)
+    named = _named_by(problem, passthrough)
+    if named is not None:
+        raise ConfigError(f"{PASSTHROUGH_PREFIX}{named}", problem)
     raise ConfigError("kafka", f"librdkafka rejects these settings together: {problem}")
+
+
+_BUILD_FAILED = "Failed to create"  # librdkafka's prefix for a rejection at client build
+_WORD = re.compile(r"[\w.-]+")
+
+
+def _named_by(problem: str, config: dict[str, str]) -> str | None:
+    """The key librdkafka's ``problem`` names: by its value (``Unsupported SASL mechanism:
+    BOGUS``), else by its name (``sasl.username and sasl.password must be set``). Secrets'
+    values are never looked for; values shorter than 3 characters or plain numbers would
+    match by chance."""
+    words = {w.lower() for w in _WORD.findall(problem)}
+    for key, value in sorted(config.items()):
+        plain = value.lower()
+        if not is_secret(key) and len(plain) >= 3 and not plain.isdigit() and plain in words:
+            return key
+    text = problem.lower()
+    for key in sorted(config):
+        if key in text or key.replace(".", " ") in text:
+            return key
+    return None
 
 
 def _rejection(config: dict[str, str]) -> str | None:

@@ -16,6 +16,7 @@ import confluent_kafka as ck
 import kafka.errors as kerrors
 
 from worker.errors import (
+    BrokerAccessDenied,
     FatalError,
     GenerationMoved,
     KafkaUnavailable,
@@ -53,6 +54,31 @@ _GENERATION_MOVED = frozenset(
         ck.KafkaError.UNKNOWN_MEMBER_ID,
     }
 )
+# The broker refused the credentials (SASL; TLS: a certificate it or we do not trust) or
+# the permissions (ACLs). librdkafka retries these connections for ever; they are
+# configuration errors, not outages (issue 32).
+_ACCESS_DENIED = frozenset(
+    {
+        ck.KafkaError._AUTHENTICATION,
+        ck.KafkaError._SSL,
+        ck.KafkaError.SASL_AUTHENTICATION_FAILED,
+        ck.KafkaError.UNSUPPORTED_SASL_MECHANISM,
+        ck.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        ck.KafkaError.GROUP_AUTHORIZATION_FAILED,
+        ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ck.KafkaError.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
+    }
+)
+_MEMBER_ACCESS_DENIED = (
+    kerrors.SaslAuthenticationFailedError,
+    kerrors.UnsupportedSaslMechanismError,
+    kerrors.IllegalSaslStateError,
+    kerrors.AuthorizationError,
+    kerrors.GroupAuthorizationFailedError,
+    kerrors.TopicAuthorizationFailedError,
+    kerrors.ClusterAuthorizationFailedError,
+)
 # kafka-python: the group went on without this member.
 _MIGRATED = (
     kerrors.CommitFailedError,
@@ -66,6 +92,11 @@ def kafka_error(exc: BaseException) -> ck.KafkaError | None:
     """The KafkaError a confluent-kafka exception carries, if any."""
     error = exc.args[0] if exc.args else None
     return error if isinstance(error, ck.KafkaError) else None
+
+
+def denies_access(error: ck.KafkaError | None) -> bool:
+    """True when ``error`` says the broker refused this client's credentials or ACLs."""
+    return error is not None and error.code() in _ACCESS_DENIED
 
 
 def transaction_failure(exc: BaseException, what: str) -> TransactionAborted | None:
@@ -94,7 +125,9 @@ def transaction_failure(exc: BaseException, what: str) -> TransactionAborted | N
 
 def produce_error(error: ck.KafkaError | None, what: str) -> WorkerError:
     """A record was not acknowledged: reprocess since the last commit, unless the
-    producer is dead for good (fatal)."""
+    producer is dead for good (fatal) or was refused access (a configuration error)."""
+    if denies_access(error):
+        return BrokerAccessDenied(f"{what}: {error}")
     if error is not None and error.fatal():
         return FatalError(f"{what}: {error}")
     return ProduceFailed(f"{what}: {error}")
@@ -107,7 +140,10 @@ def rejects_record(error: ck.KafkaError | None) -> bool:
 
 def fetch_error(error: ck.KafkaError, what: str) -> WorkerError:
     """A consumer reported an error in place of a message: retry when no broker
-    answered, otherwise stop (a fetch error that is not transient has no remedy here)."""
+    answered, otherwise stop (a fetch error that is not transient has no remedy here;
+    one that refuses access is a configuration error)."""
+    if denies_access(error):
+        return BrokerAccessDenied(f"{what}: {error}")
     if not error.fatal() and (error.code() in _UNREACHABLE or error.retriable()):
         return KafkaUnavailable(f"{what}: {error}")
     return FatalError(f"{what}: {error}")
@@ -163,6 +199,8 @@ def group_error(exc: Exception) -> WorkerError:
     CommitFailedError, and its own refusal to commit while joining unwrapped).
     """
     cause = exc.args[0] if isinstance(exc, kerrors.CommitFailedError) and exc.args else exc
+    if isinstance(cause, _MEMBER_ACCESS_DENIED):
+        return BrokerAccessDenied(f"group membership: {cause!r}")
     if isinstance(cause, kerrors.RebalanceInProgressError):
         return RebalanceInProgress(f"the group is rebalancing: {exc!r}")
     if isinstance(exc, _MIGRATED):

@@ -37,4 +37,4 @@ class HoppingAggregation(FixedWindowAggregation):
             if not self.final:
                 self.emit(ctx, key, start, start + size, aggregate, max_ts)
         if late:
-            self.late(store)
+            self.late(store, ctx)

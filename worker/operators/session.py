@@ -58,7 +58,7 @@ class SessionAggregation(SessionShapedAggregation[SessionWindows]):
         if windows.is_late(ts, store.observed_ms):
             # Over gap + grace behind: it could reach back to a session past retention,
             # which the store no longer shows, so it is late whatever it would merge with.
-            self.late(store)
+            self.late(store, ctx)
             return
         earliest_end, latest_start = windows.search_bounds(ts)
         found = {
@@ -67,7 +67,7 @@ class SessionAggregation(SessionShapedAggregation[SessionWindows]):
         }
         merge = sessions.assign(ts, found, windows, store.observed_ms)
         if merge is None:
-            self.late(store)
+            self.late(store, ctx)
             return
         aggregate: Any = None
         for replaced in merge.replaced:

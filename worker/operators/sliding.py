@@ -34,7 +34,7 @@ class SlidingAggregation(SessionShapedAggregation[SlidingWindows]):
         store.advance(ts)
         windows = self.windows
         if windows.is_late(ts, store.observed_ms):
-            self.late(store)
+            self.late(store, ctx)
             return
         d = windows.time_difference_ms
         found = {

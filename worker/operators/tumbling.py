@@ -53,7 +53,7 @@ class TumblingAggregation(FixedWindowAggregation):
         start = ts - ts % size
         observed = store.observed_ms
         if start < (ts if ts > observed else observed) - self._close_lag:
-            self.late(store)  # the window closed: its close bound (windows.py) is past it
+            self.late(store, ctx)  # the window closed: its close bound (windows.py) is past it
             return
         stored_key = store.window_key(start, raw_key)
         stored = store.stored_window(stored_key, start)

@@ -145,9 +145,11 @@ class WindowedAggregation(Generic[StoreT, WindowsT]):
         else:
             ctx.forward(windowed, aggregate, timestamp=max_ts)
 
-    def late(self, store: StoreT) -> None:
-        """Count a record dropped as late."""
-        store.events.late_record()
+    def late(self, store: StoreT, ctx: ProcessorContext) -> None:
+        """Count and log (throttled, by the store's events) a record dropped as late."""
+        record = ctx.current_record
+        late_ms = store.observed_ms - ctx.timestamp
+        store.events.late_record(record.partition(), record.key(), late_ms)
 
     def init(self, ctx: ProcessorContext) -> None:
         """Register emit-final's punctuator (``add_processor(..., init=)``)."""

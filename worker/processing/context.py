@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from worker.errors import TopologyError
 from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.processing.store_views import KeyValueStore
+from worker.processing.timestamps import UNBOUNDED
 from worker.processing.timestamps import check as check_timestamp
 from worker.processing.window_views import SessionStoreView, WindowStoreView, typed_view
 
@@ -128,6 +129,7 @@ class ProcessorContext:
         "timestamp",
         "stream_time",
         "scheduler",
+        "future",
         "_headers",
         "_nodes",
     )
@@ -139,6 +141,7 @@ class ProcessorContext:
         self.timestamp = -1
         self.stream_time = -1
         self.scheduler: Scheduler | None = None
+        self.future = UNBOUNDED  # timestamp.max.future.ms, set by the task graph
         self._headers: Any = _INHERIT  # forward(headers=)'s, while its children run
         self._nodes: dict[str, Node] = {}
 
@@ -230,7 +233,8 @@ class ProcessorContext:
         current values come back once they return.
 
         Raises:
-            InvalidTimestamp: ``timestamp`` is not an int >= 0.
+            InvalidTimestamp: ``timestamp`` is not an int >= 0, or is more than
+                ``timestamp.max.future.ms`` ahead of the wall clock.
             TopologyError: the current node has no child ``to``.
         """
         if timestamp is not None or headers is not None:
@@ -268,7 +272,10 @@ class ProcessorContext:
         """``forward`` with a timestamp or headers of the output's own."""
         saved = self.timestamp, self._headers
         if timestamp is not None:
-            self.timestamp = check_timestamp(timestamp)
+            checked = check_timestamp(timestamp)
+            if not self.future.admits(checked):
+                raise self.future.refusal(checked)
+            self.timestamp = checked
         if headers is not None:
             self._headers = headers
         try:

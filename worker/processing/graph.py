@@ -26,6 +26,8 @@ from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.store_views import KeyValueStore
 from worker.processing.timestamps import (
     NEGATIVE,
+    UNBOUNDED,
+    FutureBound,
     InvalidTimestamp,
     TimestampExtractor,
     extract,
@@ -70,7 +72,10 @@ class TaskGraph:
     ``max_record_bytes`` or have an invalid timestamp; without one, their SerdeError
     (or InvalidTimestamp) propagates to the caller. ``extractor`` is a custom
     ``timestamp.extractor``; None (or the default, ``record_time``) reads the record's own
-    timestamp inline.
+    timestamp inline. ``future`` bounds how far ahead of the wall clock a timestamp may be
+    (``timestamp.max.future.ms``): a record beyond it is an invalid timestamp, and a
+    forwarded timestamp beyond it a processing error, so neither stream time nor an
+    operator's observed time nor TTL time ever passes it. None: no bound.
     """
 
     def __init__(
@@ -81,12 +86,14 @@ class TaskGraph:
         sink: RecordSink,
         errors: RecordErrorHandler | None = None,
         extractor: TimestampExtractor | None = None,
+        future: FutureBound | None = None,
     ) -> None:
         missing = {s.name for s in subtopology.stores} - set(stores)
         if missing:
             raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
         self._raw = dict(stores)
         self.context = ProcessorContext(task_id)
+        self.context.future = self._future = future or UNBOUNDED
         views = {spec.name: self._view(spec, stores[spec.name]) for spec in subtopology.stores}
         nodes: dict[str, Node] = {}
         for source in subtopology.sources:
@@ -135,6 +142,7 @@ class TaskGraph:
         ctx = self.context
         errors = self._errors
         extractor = self._extractor
+        future = self._future
         max_bytes = self._max_bytes
         keys, values = Codec(source.key_serde), Codec(source.value_serde)
         decode_key, decode_value = keys.fast_decode, values.fast_decode
@@ -162,8 +170,13 @@ class TaskGraph:
                     reject(record, exc)
                     return
             # One comparison for the common case: stream time is >= -1, so a timestamp
-            # above it is valid; only one that is not needs the sign check.
+            # above it is valid; only one that is not needs the sign check. One that
+            # would raise stream time is checked against the future bound (a cached
+            # horizon: the clock is read only when a timestamp passes it).
             if timestamp > ctx.stream_time:
+                if timestamp > future.horizon and not future.admits(timestamp):
+                    reject(record, future.refusal(timestamp))
+                    return
                 ctx.stream_time = timestamp
             elif timestamp < 0:
                 reject(record, InvalidTimestamp(timestamp, NEGATIVE))

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import enum
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from worker.clock import Clock
 from worker.errors import FatalError
 from worker.events import RECORD_SKIPPED
-from worker.observability import Metrics
+from worker.observability import Metrics, ThrottledLog
 from worker.processing.context import Record, RecordSink
-from worker.processing.timestamps import INVALID_TIMESTAMP
+from worker.processing.timestamps import INVALID_TIMESTAMP, InvalidTimestamp
 
 # Skip reasons: the label of worker_skipped_records_total and of the DLQ header.
 DESERIALIZATION_ERROR = "deserialization_error"
@@ -121,11 +122,12 @@ class RecordErrorHandler:
         self.max_record_bytes = max_record_bytes
         self._sink = sink
         self._metrics = metrics
-        self._clock = clock
-        self._log = log
-        self._last_log = float("-inf")
-        self._suppressed = 0
+        self._warnings = ThrottledLog(log, clock.monotonic, LOG_INTERVAL_S)
         self._counted: dict[tuple[str, int], int] = {}  # highest offset counted per partition
+        # Highest offset dead-lettered per partition since the commit that covers it: a
+        # revival that keeps what was produced (at-least-once, a record's own failure)
+        # replays these records, and they must not be dead-lettered again (issue 32).
+        self._lettered: dict[tuple[str, int], int] = {}
 
     def deserialization_failed(self, record: BadRecord, exc: BaseException) -> None:
         """A key or value that does not deserialise: fail, or skip the record."""
@@ -176,12 +178,13 @@ class RecordErrorHandler:
                 f"task {self.task_id}: record {record.coordinates} {reason.replace('_', ' ')}:"
                 f" {describe(exc)} ({key} = fail)"
             ) from exc
-        if policy is ExceptionPolicy.DEAD_LETTER:
-            self._dead_letter(record, reason, exc, stacktrace)
-        # A revival reprocesses from the last commit, so the same record may be skipped
-        # again (and, under exactly-once, dead-lettered again in the new transaction):
-        # count and log each record once.
         tp = (record.topic, record.partition)
+        if policy is ExceptionPolicy.DEAD_LETTER and record.offset > self._lettered.get(tp, -1):
+            self._dead_letter(record, reason, exc, stacktrace)
+            self._lettered[tp] = record.offset
+        # A revival reprocesses from the last commit, so the same record may be skipped
+        # again (and, under exactly-once, dead-lettered again in the new transaction, the
+        # first one aborted): count and log each record once.
         if record.offset <= self._counted.get(tp, -1):
             return
         self._counted[tp] = record.offset
@@ -189,6 +192,17 @@ class RecordErrorHandler:
             self._metrics.dead_lettered_records.labels(reason=reason).inc()
         self._metrics.skipped_records.labels(reason=reason).inc()
         self._log_skip(record, policy, reason, exc)
+
+    def letters_lost(self) -> None:
+        """What was dead-lettered since the last commit may be gone (a transaction aborted,
+        a send failed): the records are dead-lettered again when they come back."""
+        self._lettered.clear()
+
+    def letters_committed(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """The group committed ``offsets`` (next offset per partition): the letters before
+        them are behind the commit, never replayed, and need no memory."""
+        for tp in [tp for tp, offset in self._lettered.items() if offset < offsets.get(tp, -1)]:
+            del self._lettered[tp]
 
     def _dead_letter(
         self, record: BadRecord, reason: str, exc: BaseException, stacktrace: str
@@ -217,8 +231,12 @@ class RecordErrorHandler:
         ]
         if stacktrace:
             headers.append((HEADER_PREFIX + "stacktrace", _cut(stacktrace)))
-        # The source record's own time, unless that is what is wrong with it (0: now).
-        self._sink.send(self.dlq_topic, key, value, max(record.timestamp, 0), headers)
+        # The source record's own time, unless that is what is wrong with it (0: now): a
+        # broker refuses one too far ahead (log.message.timestamp.after.max.ms), and the
+        # refused send would revive the task for ever.
+        refused = isinstance(exc, InvalidTimestamp) and exc.timestamp == record.timestamp
+        timestamp = 0 if refused else max(record.timestamp, 0)
+        self._sink.send(self.dlq_topic, key, value, timestamp, headers)
 
     def _log_skip(
         self, record: BadRecord, policy: ExceptionPolicy, reason: str, exc: BaseException
@@ -233,12 +251,7 @@ class RecordErrorHandler:
 
     def _warn(self, event: str, **fields: Any) -> None:
         """One warning a second at most; the lines left out are counted in the next one."""
-        now = self._clock.monotonic()
-        if now - self._last_log < LOG_INTERVAL_S:
-            self._suppressed += 1
-            return
-        self._log.warning(event, **fields, suppressed=self._suppressed)
-        self._last_log, self._suppressed = now, 0
+        self._warnings.warning(event, **fields)
 
 
 def format_stacktrace(exc: BaseException) -> str:

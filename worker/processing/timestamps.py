@@ -17,6 +17,13 @@ A timestamp that is not an int >= 0, or an extractor that raises, is
 :class:`InvalidTimestamp`: the record goes to the bad-record policy (fail, skip and count,
 dead letter), with :data:`INVALID_TIMESTAMP` as the reason. Kafka's record timestamp is -1
 when the record has none (a pre-0.10 message format), which is invalid too.
+
+So is one more than ``timestamp.max.future.ms`` ahead of the wall clock
+(:class:`FutureBound`): stream time only ever rises, and it is committed, so a single
+record stamped a century ahead would otherwise expire every TTL entry of its partition,
+close every window and make every later record late, for good (issue 32). Kafka 4's
+broker refuses such records at produce time by default (``log.message.timestamp.after.max.ms``,
+one hour), but a topic may allow them and an extractor reading the value bypasses the broker.
 """
 
 from __future__ import annotations
@@ -27,12 +34,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from worker.clock import MAX_TIME_MS
 from worker.errors import ConfigError, WorkerError
 
 SETTING = "timestamp.extractor"
 RECORD_TIME = "record"  # the setting's default: the Kafka record's timestamp
 INVALID_TIMESTAMP = "invalid_timestamp"  # the bad-record reason (metric label, DLQ header)
 NEGATIVE = "must be >= 0 (ms since the epoch)"
+FUTURE_SETTING = "timestamp.max.future.ms"
 
 # (record, stream_time_ms) -> ms. The record is a worker.processing.context.Record, named
 # Any here because the context imports this module (it checks forwarded timestamps).
@@ -47,6 +56,41 @@ class InvalidTimestamp(WorkerError, ValueError):
         super().__init__(f"invalid timestamp {timestamp!r}: {reason}")
         self.timestamp = timestamp
         self.reason = reason
+
+
+class FutureBound:
+    """The latest timestamp a task accepts: the wall clock + ``timestamp.max.future.ms``.
+
+    ``horizon`` is a cached bound, only ever too low: the per-record path compares a
+    timestamp that would raise stream time with it (one comparison) and calls
+    :meth:`admits` only above it, which reads the clock again. ``max_future_ms`` < 0:
+    no bound. Processing thread only.
+    """
+
+    __slots__ = ("horizon", "max_future_ms", "_wall_ms")
+
+    def __init__(self, max_future_ms: int, wall_ms: Callable[[], int]) -> None:
+        self.max_future_ms = max_future_ms
+        self._wall_ms = wall_ms
+        self.horizon = MAX_TIME_MS if max_future_ms < 0 else -1
+
+    def admits(self, timestamp: int) -> bool:
+        """True when ``timestamp`` is at most the bound ahead of the wall clock now."""
+        if timestamp <= self.horizon:
+            return True
+        self.horizon = self._wall_ms() + self.max_future_ms
+        return timestamp <= self.horizon
+
+    def refusal(self, timestamp: int) -> InvalidTimestamp:
+        """The error for a ``timestamp`` that :meth:`admits` refused."""
+        ahead = timestamp - (self.horizon - self.max_future_ms)
+        return InvalidTimestamp(
+            timestamp,
+            f"{ahead} ms ahead of the wall clock, over {FUTURE_SETTING} ({self.max_future_ms})",
+        )
+
+
+UNBOUNDED = FutureBound(-1, lambda: 0)  # for graphs built without a bound (unit tests)
 
 
 def record_time(record: Any, stream_time_ms: int) -> int:

@@ -44,6 +44,7 @@ from worker.runtime.input_watch import InputWatch
 from worker.runtime.loop import ProcessingLoop
 from worker.runtime.status import Status
 from worker.state.directory import StateDirectory
+from worker.state.disk_space import DiskSpaceWatch
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.tasks.parts import TaskParts, build_task_parts
@@ -201,6 +202,7 @@ def assemble(
         clock,
         stop,
         metrics,
+        DiskSpaceWatch(state_dir.app_dir, settings.state_disk_min_free_bytes, metrics),
     )
     inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, clock)
     return Runtime(

@@ -24,6 +24,7 @@ from worker.kafka.consumers import DataConsumer
 from worker.kafka.membership import GroupMember
 from worker.observability import Metrics, get_logger
 from worker.runtime.probing import ProbeScheduler
+from worker.state.disk_space import DiskSpaceWatch
 from worker.tasks.parts import TaskParts
 
 CONSUME_BATCH = 2000
@@ -42,8 +43,10 @@ class ProcessingLoop:
         clock: Clock,
         stop: threading.Event,
         metrics: Metrics,
+        disk: DiskSpaceWatch | None = None,
     ) -> None:
         self._settings = settings
+        self._disk = disk
         self._parts = parts
         self._member = member
         self._consumer = consumer
@@ -94,6 +97,8 @@ class ProcessingLoop:
         if now >= self._next_clean:
             self._parts.manager.clean_state_dir()
             self._next_clean = now + self._clean_interval
+        if self._disk is not None:
+            self._disk.check(now)  # measures every 10 s
         return now
 
     def _over_memory_bound(self) -> bool:

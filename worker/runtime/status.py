@@ -15,6 +15,7 @@ moment (it then raises ``StoreClosedError``).
 from __future__ import annotations
 
 import enum
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.assignment.model import Assignment
 from worker.assignment.task_id import TaskId
-from worker.endpoint import bracketed
+from worker.endpoint import bracketed, is_wildcard
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics
 
@@ -132,10 +133,21 @@ class Routing:
         return sorted(e for e, tasks in self.standby_hosts.items() if task_id in tasks)
 
 
-def advertised_endpoint(application_server: str, http_host: str, bound_port: int) -> str:
+def advertised_endpoint(
+    application_server: str,
+    http_host: str,
+    bound_port: int,
+    hostname: Callable[[], str] = socket.gethostname,
+) -> str:
     """The endpoint this instance announces: ``application.server`` if set, else the
-    HTTP host with the port actually bound (``http.port = 0`` picks one)."""
-    return application_server or f"{bracketed(http_host)}:{bound_port}"
+    HTTP host with the port actually bound (``http.port = 0`` picks one). A wildcard
+    host (``0.0.0.0``, ``::``) is never announced: nobody can reach an instance there,
+    so the machine's host name stands in (a container's name in Docker's network) and
+    the worker warns that ``application.server`` should say it (issue 32)."""
+    if application_server:
+        return application_server
+    host = hostname() if is_wildcard(http_host) else http_host
+    return f"{bracketed(host)}:{bound_port}"
 
 
 LagFn = Callable[[TaskId], int | None]

@@ -17,7 +17,9 @@ from pathlib import Path
 from worker.assignment.model import Subscription
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
+from worker.endpoint import is_wildcard
 from worker.events import WORKER_STARTING, WORKER_STOPPED
+from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.member_states import Lost, MembershipEvent
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
@@ -158,9 +160,17 @@ class Worker:
     def _serve(self, rt: Runtime, outcome: Outcome) -> None:
         """Join, process until stopped, then the final commit (when the group allows it)."""
         settings = self.settings
-        self._routing = Routing(
-            advertised_endpoint(settings.application_server, settings.http_host, rt.http.port)
-        ).with_partitions(rt.layout.partitions)
+        endpoint = advertised_endpoint(
+            settings.application_server, settings.http_host, rt.http.port
+        )
+        if not settings.application_server and is_wildcard(settings.http_host):
+            self._log.warning(
+                "http.endpoint_guessed",
+                http_host=settings.http_host,
+                endpoint=endpoint,
+                hint="set application.server to the host:port other instances reach this one at",
+            )
+        self._routing = Routing(endpoint).with_partitions(rt.layout.partitions)
         self._log.info(
             WORKER_STARTING,
             process_id=rt.state_dir.process_id,
@@ -279,8 +289,11 @@ class Worker:
         """Follow whether the group member reaches its coordinator; not ready while not.
 
         Once joined, losing the coordinator is how an unreachable broker shows first: an
-        idle worker has no commit that could fail. Changes are logged and published.
+        idle worker has no commit that could fail. Changes are logged and published. A
+        broker that refused a client's credentials or ACLs (``BROKER_ACCESS``) raises
+        BrokerAccessDenied: the run enters ERROR and the worker exits 2.
         """
+        BROKER_ACCESS.check()
         if not self._assigned:
             return
         connected = rt.member.coordinator_known

@@ -132,8 +132,9 @@ class WindowEvents(Protocol):
 
     def restore_skipped(self, records: int) -> None: ...
 
-    def late_record(self) -> None:
-        """The store's windowed aggregation dropped a record as late."""
+    def late_record(self, partition: int | None, key: bytes | None, late_ms: int) -> None:
+        """The store's windowed aggregation dropped a record (of ``partition``, with the
+        serialised ``key``) as late: ``late_ms`` behind the store's observed time."""
         ...
 
 

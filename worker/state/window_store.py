@@ -115,7 +115,7 @@ class _NoEvents:
     def restore_skipped(self, records: int) -> None:
         return None
 
-    def late_record(self) -> None:
+    def late_record(self, partition: int | None, key: bytes | None, late_ms: int) -> None:
         return None
 
 

@@ -52,7 +52,11 @@ def build_active_graph(
     )
     failures = ProcessingFailures(errors, settings.processing_exception_max_retries, log)
     extractor = timestamps.resolve(settings.timestamp_extractor)
-    graph = TaskGraph(subtopology, task_id, dict(stores), ctx.collector, errors, extractor)
+    clock = ctx.clock
+    future = timestamps.FutureBound(
+        settings.timestamp_max_future_ms, lambda: int(clock.wall() * 1000)
+    )
+    graph = TaskGraph(subtopology, task_id, dict(stores), ctx.collector, errors, extractor, future)
     graph.context.stream_time = stream_time
     for store in stores.values():
         store.stamp_writes(graph.context)

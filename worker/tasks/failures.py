@@ -3,7 +3,8 @@
 A failed record may have left half its work behind: store writes in the write buffer,
 output records already handed to the producer. So its task is always revived from its
 last committed state (the router does that) and the record is processed again, up to
-``1 + processing.exception.max.retries`` times. After the last attempt the processing
+``1 + processing.exception.max.retries`` times (once for a :class:`SerdeError`: bytes that
+do not decode never will). After the last attempt the processing
 exception policy decides: ``fail`` stops the worker; ``log_and_continue`` and
 ``dead_letter`` mark the record, and whenever it arrives again it is skipped through the
 task's :class:`~worker.processing.handlers.RecordErrorHandler` (logged, counted once,
@@ -38,6 +39,7 @@ from worker.processing.handlers import (
     format_stacktrace,
 )
 from worker.processing.punctuators import Punctuation
+from worker.serde import SerdeError
 
 Coordinates = tuple[str, int, int]  # topic, partition, offset
 
@@ -102,7 +104,9 @@ class ProcessingFailures:
             attempts_of, key = self._attempts, (record.topic(), record.partition(), record.offset())
         attempts = attempts_of.get(key, 0) + 1
         attempts_of[key] = attempts
-        if attempts <= self.max_retries:
+        # Bytes that do not decode (a table value a processor reads, say) decode no
+        # better on the next attempt: no retry, the policy at once.
+        if attempts <= self.max_retries and not isinstance(error, SerdeError):
             decision = FailureDecision.RETRY
         else:
             del attempts_of[key]
@@ -160,7 +164,9 @@ class ProcessingFailures:
         return self._attempts.get((topic, partition, offset), 0)
 
     def forget_committed(self, offsets: Mapping[TP, int]) -> None:
-        """Drop the counts and marks of records the group has committed past."""
+        """Drop the counts, marks and dead-letter memory of records the group has
+        committed past."""
+        self.errors.letters_committed(offsets)
         for kept in (self._attempts, self.marked):
             if kept:
                 for coordinates in [c for c in kept if c[2] < offsets.get(c[:2], -1)]:

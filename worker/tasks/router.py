@@ -128,8 +128,9 @@ class RecordRouter:
         """
         task.failures.failed(failed.record, failed.error)  # type: ignore[union-attr]
         running = self._tasks.running_actives()
-        revived = running if self._committer.abort() else [task]
-        self._tasks.revive(revived, "processing_error", describe(failed.error))
+        aborted = self._committer.abort()
+        revived = running if aborted else [task]
+        self._tasks.revive(revived, "processing_error", describe(failed.error), not aborted)
 
     def _output_failed(self, exc: OutputFailed) -> None:
         """A sink could not send (broker away, no transaction could start, fenced).

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from worker.assignment.task_id import TaskId
-from worker.observability import Metrics
+from worker.clock import Clock, SystemClock
+from worker.events import RECORD_LATE
+from worker.observability import Metrics, ThrottledLog, get_logger
 from worker.processing.topology import StoreSpec
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state import ttl_store
@@ -14,6 +16,8 @@ from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.state.window_store import WindowLayout
 from worker.state.window_stores import FixedWindowStore, SessionStore
+
+LOGGED_KEY_BYTES = 64  # a late record's key is logged cut to this
 
 
 def window_layout(spec: StoreSpec) -> WindowLayout | None:
@@ -40,9 +44,13 @@ def window_layout(spec: StoreSpec) -> WindowLayout | None:
 
 class WindowMetrics:
     """A windowed store's events as the task's metrics (labels task and store; late
-    records: task and processor, the aggregation that owns the store and shares its name)."""
+    records: task and processor, the aggregation that owns the store and shares its name).
+    Late records are logged too (``record.late``: partition, key, how late; one line a
+    second at most per store), so an operator sees which data came late, not only how
+    much."""
 
-    def __init__(self, metrics: Metrics, task: str, store: str) -> None:
+    def __init__(self, metrics: Metrics, task: str, store: str, clock: Clock) -> None:
+        self._late_log = ThrottledLog(get_logger(task_id=task, store=store), clock.monotonic)
         self._ranges = metrics.window_expiry_ranges.labels(task=task, store=store)
         self._writes = metrics.window_expired_writes.labels(task=task, store=store)
         self._skipped = metrics.window_restore_skipped.labels(task=task, store=store)
@@ -58,8 +66,10 @@ class WindowMetrics:
     def restore_skipped(self, records: int) -> None:
         self._skipped.inc(records)
 
-    def late_record(self) -> None:
+    def late_record(self, partition: int | None, key: bytes | None, late_ms: int) -> None:
         self._late_records.labels(task=self._task, processor=self._store).inc()
+        shown = None if key is None else key[:LOGGED_KEY_BYTES].decode("utf-8", "replace")
+        self._late_log.warning(RECORD_LATE, partition=partition, key=shown, late_ms=late_ms)
 
 
 def open_store(
@@ -68,6 +78,7 @@ def open_store(
     env: RocksDBEnv,
     task: TaskId | None = None,
     metrics: Metrics | None = None,
+    clock: Clock | None = None,
 ) -> Store:
     """Open ``spec``'s store at ``path``; a windowed store reports what it drops to
     ``metrics`` (labelled with ``task``), when given.
@@ -77,6 +88,8 @@ def open_store(
     layout = window_layout(spec)
     if layout is None:
         return ttl_store.open_store(path, env, spec.name, spec.ttl_ms)
-    events = None if metrics is None else WindowMetrics(metrics, str(task), spec.name)
+    events = None
+    if metrics is not None:
+        events = WindowMetrics(metrics, str(task), spec.name, clock or SystemClock())
     kind = SessionStore if layout.segmented else FixedWindowStore
     return kind.open_windowed(path, env, spec.name, layout, events)

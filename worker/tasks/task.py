@@ -111,7 +111,9 @@ class Task:
     def _open_stores(self) -> None:
         for spec in self.subtopology.stores:
             path = self._ctx.state_dir.store_path(self.id, spec.name)
-            store = open_store(spec, path, self._ctx.env, self.id, self._ctx.metrics)
+            store = open_store(
+                spec, path, self._ctx.env, self.id, self._ctx.metrics, self._ctx.clock
+            )
             store.corruption_found = partial(self._ctx.corruption.report, self.id)
             self.stores[spec.name] = store
         if self.role is TaskRole.ACTIVE:
@@ -405,9 +407,13 @@ class Task:
         self._last_checkpoint = self._ctx.clock.monotonic()
         self._ctx.metrics.checkpoint_writes.inc()
 
-    def discard_uncommitted(self) -> None:
+    def discard_uncommitted(self, sends_kept: bool = False) -> None:
         """Drop buffered writes, the consumed positions and the stream time since the
-        last commit (the records are processed again, from there)."""
+        last commit (the records are processed again, from there). ``sends_kept``:
+        what was dead-lettered since then was not aborted (at-least-once, the task's own
+        record failed), so replayed records are not dead-lettered again."""
+        if self.failures is not None and not sends_kept:
+            self.failures.errors.letters_lost()
         for store in self.stores.values():
             store.discard_pending()
         if self._graph is not None:

@@ -50,7 +50,11 @@ _MEMORY = 16 * 1024 * 1024
 class TopologyTestDriver:
     """Runs ``topology`` (a Topology or a StreamsBuilder, built with the config's
     ``application.id``, ``test-driver-app`` by default) on settings ``config`` (the
-    worker's keys). Wall time starts at ``wall_clock_ms``. Close it (or use ``with``)."""
+    worker's keys). Wall time starts at ``wall_clock_ms``. Close it (or use ``with``).
+
+    ``timestamp.max.future.ms`` is off (-1) unless ``config`` sets it: the driver's wall
+    clock is its own (0 by default), and records stamped with real event times would
+    all be "from the future" against it. Set it with ``wall_clock_ms`` to test the bound."""
 
     def __init__(
         self,
@@ -62,7 +66,11 @@ class TopologyTestDriver:
     ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
-        values = {"application.id": DEFAULT_APPLICATION_ID, **(config or {})}
+        values = {
+            "application.id": DEFAULT_APPLICATION_ID,
+            "timestamp.max.future.ms": -1,
+            **(config or {}),
+        }
         self.settings = Settings.model_validate(values)
         app = self.settings.application_id
         if isinstance(topology, StreamsBuilder):

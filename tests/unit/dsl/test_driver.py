@@ -80,3 +80,22 @@ def test_a_processor_error_reaches_the_test() -> None:
     b.stream("in").map_values(lambda v: 1 // v).to("out")
     with TopologyTestDriver(b) as d, pytest.raises(ZeroDivisionError):
         d.input_topic("in").pipe("k", 0, timestamp=1)
+
+
+def test_real_event_times_pass_the_driver_unless_the_future_bound_is_set() -> None:
+    b = StreamsBuilder()
+    b.stream("in").to("out")
+    now_ms = 1_800_000_000_000  # 2027: a record stamped "now"
+
+    with TopologyTestDriver(b) as d:  # its wall clock starts at 0; the bound is off
+        d.input_topic("in").pipe("k", "v", timestamp=now_ms)
+        assert d.output_topic("out").read_record().timestamp == now_ms
+
+    bounded = {
+        "timestamp.max.future.ms": 3_600_000,
+        "default.deserialization.exception.handler": "log_and_continue",
+    }
+    with TopologyTestDriver(b, bounded, wall_clock_ms=now_ms) as d:
+        d.input_topic("in").pipe("k", "v", timestamp=now_ms + 2 * 3_600_000)  # from the future
+        d.input_topic("in").pipe("k", "w", timestamp=now_ms)
+        assert d.output_topic("out").read_record().value == "w"

@@ -106,7 +106,7 @@ def test_a_partition_active_elsewhere_redirects_there(
         ("range", {"from": "b", "to": "a"}, "is after to"),
         ("range", {"partition": "9"}, "partition 9 >= 4 partitions"),
         ("range", {"reverse": "maybe"}, "reverse must be true or false"),
-        ("range", {"key": "a"}, "unknown query parameters ['key']"),
+        ("range", {"key": "a"}, "unknown query parameters 'key'"),
         ("prefix", {}, "prefix= is required"),
     ],
 )

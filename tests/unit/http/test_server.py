@@ -159,6 +159,40 @@ def test_bad_requests_get_a_json_error(server: HttpServer, path: str, code: int)
     assert body["error"]
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "allow_stale=true&allow_stale=false",
+        "allow_stale=true&allow_stale=true",
+    ],
+)
+def test_a_repeated_query_parameter_is_a_400_naming_it(server: HttpServer, query: str) -> None:
+    status, _, body = get_json(server, f"/stores/counts/keys/k?{query}")
+
+    assert status == 400
+    assert "'allow_stale'" in body["error"] and "more than once" in body["error"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/stores/counts/keys/k?allow_stale=" + "x" * 5000,
+        "/stores/counts/keys/k?" + "y" * 5000 + "=1",
+        "/stores/counts/range?from=" + "%22" + "z" * 5000 + "&limit=" + "9" * 5000,
+        "/stores/counts/keys/" + "%ff" * 1000,
+    ],
+    ids=["value", "name", "range", "key"],
+)
+def test_a_400_repeats_at_most_a_short_prefix_of_what_it_refuses(
+    server: HttpServer, path: str
+) -> None:
+    status, _, body = get_json(server, path)
+
+    assert status == 400
+    assert len(body["error"]) <= 220, body["error"]
+    assert "x" * 100 not in body["error"] and "y" * 100 not in body["error"]
+
+
 def test_tasks_is_json(server: HttpServer, box: StatusBox, stores: Stores) -> None:
     box.current = snapshot(stores, {"0_0": ("active", "running")}, {ME: ["0_0"]})
     code, _, body = get_json(server, "/tasks")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+
 import confluent_kafka as ck
 import kafka.errors as kerrors
 import pytest
 
 from worker.errors import (
+    BrokerAccessDenied,
     FatalError,
     KafkaUnavailable,
     ProduceFailed,
@@ -15,8 +18,10 @@ from worker.errors import (
     TaskMigrated,
     TransactionAborted,
 )
+from worker.kafka.broker_access import BROKER_ACCESS, BrokerAccess
 from worker.kafka.error_classifier import (
     abort_can_be_retried,
+    denies_access,
     fetch_error,
     group_error,
     is_partition_eof,
@@ -37,7 +42,8 @@ from worker.kafka.error_classifier import (
         (kerrors.CoordinatorNotAvailableError(), KafkaUnavailable),
         (kerrors.NotCoordinatorError(), KafkaUnavailable),
         (kerrors.KafkaConnectionError(), KafkaUnavailable),
-        (kerrors.GroupAuthorizationFailedError(), FatalError),
+        (kerrors.GroupAuthorizationFailedError(), BrokerAccessDenied),
+        (kerrors.SaslAuthenticationFailedError(), BrokerAccessDenied),
     ],
 )
 def test_kafka_python_errors_are_classified_by_what_the_caller_must_do(
@@ -111,7 +117,7 @@ def test_only_errors_about_the_record_itself_blame_the_record() -> None:
         (error(ck.KafkaError._TRANSPORT), KafkaUnavailable),
         (error(ck.KafkaError._ALL_BROKERS_DOWN), KafkaUnavailable),
         (error(ck.KafkaError.NOT_LEADER_FOR_PARTITION, retriable=True), KafkaUnavailable),
-        (error(ck.KafkaError.TOPIC_AUTHORIZATION_FAILED), FatalError),
+        (error(ck.KafkaError.TOPIC_AUTHORIZATION_FAILED), BrokerAccessDenied),
         (error(ck.KafkaError._TRANSPORT, fatal=True), FatalError),
     ],
 )
@@ -120,7 +126,7 @@ def test_a_fetch_error_is_retried_when_transient_and_fatal_otherwise(
 ) -> None:
     classified = fetch_error(err, "source fetch")
     assert type(classified) is expected
-    assert str(classified).startswith("source fetch: ")
+    assert "source fetch: " in str(classified)
 
 
 def test_end_of_partition_and_existing_topics_are_not_failures() -> None:
@@ -129,3 +135,49 @@ def test_end_of_partition_and_existing_topics_are_not_failures() -> None:
     assert not is_partition_eof(None)
     assert topic_exists(ck.KafkaException(error(ck.KafkaError.TOPIC_ALREADY_EXISTS)))
     assert not topic_exists(ck.KafkaException(error(ck.KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+
+
+ACCESS_REFUSALS = [
+    ck.KafkaError._AUTHENTICATION,  # a failed SASL handshake (librdkafka -169)
+    ck.KafkaError._SSL,  # a TLS handshake that failed: an untrusted certificate
+    ck.KafkaError.SASL_AUTHENTICATION_FAILED,
+    ck.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    ck.KafkaError.GROUP_AUTHORIZATION_FAILED,
+    ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+]
+
+
+@pytest.mark.parametrize("code", ACCESS_REFUSALS)
+def test_a_refused_login_or_acl_is_a_configuration_error_not_an_outage(code: int) -> None:
+    error = ck.KafkaError(code, "refused")
+
+    assert denies_access(error)
+    assert isinstance(fetch_error(error, "fetch"), BrokerAccessDenied)
+    assert isinstance(produce_error(error, "produce"), BrokerAccessDenied)
+
+
+@pytest.mark.parametrize(
+    "code", [ck.KafkaError._TRANSPORT, ck.KafkaError._ALL_BROKERS_DOWN, ck.KafkaError._TIMED_OUT]
+)
+def test_an_unreachable_broker_is_not_an_access_refusal(code: int) -> None:
+    assert not denies_access(ck.KafkaError(code))
+
+
+def test_the_first_refusal_a_client_reports_is_kept_with_librdkafkas_reason() -> None:
+    access = BrokerAccess()
+    access.error_cb(ck.KafkaError(ck.KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    access.check()  # not a refusal: nothing to raise
+
+    access.error_cb(ck.KafkaError(ck.KafkaError._AUTHENTICATION, "SASL handshake failed"))
+    access.error_cb(ck.KafkaError(ck.KafkaError._SSL, "later"))
+
+    with pytest.raises(BrokerAccessDenied, match="SASL handshake failed") as raised:
+        access.check()
+    assert raised.value.key == "kafka"
+
+
+def test_a_clients_configuration_pickles_for_spark_with_the_receivers_own_access_watch() -> None:
+    restored = pickle.loads(pickle.dumps({"error_cb": BROKER_ACCESS.error_cb}))
+
+    assert restored["error_cb"].__self__ is BROKER_ACCESS

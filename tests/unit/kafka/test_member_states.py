@@ -23,7 +23,7 @@ from worker.assignment.model import ASSIGNMENT_VERSION, JSON_VERSION, Assignment
 from worker.assignment.task_id import TaskId
 from worker.clock import FakeClock
 from worker.config import Settings
-from worker.errors import FatalError, RebalanceInProgress
+from worker.errors import BrokerAccessDenied, FatalError, RebalanceInProgress
 from worker.kafka import group_coordinator, membership
 from worker.kafka.member_config import planner_config
 from worker.kafka.member_states import Assigned, Lost, MemberState
@@ -310,7 +310,7 @@ def test_a_failed_join_is_retried_when_retriable_and_raised_when_not(harness: Ha
     harness.member.poll()
     assert len(harness.fake.joins) == 2, "joined again"
     harness.fake.joins[-1].failure(kerrors.GroupAuthorizationFailedError())
-    with pytest.raises(FatalError):
+    with pytest.raises(BrokerAccessDenied):  # a configuration error: exit 2
         harness.member.poll()
 
 

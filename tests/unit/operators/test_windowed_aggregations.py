@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.support.aggregating import Running
 from worker.errors import TopologyError
+from worker.events import RECORD_LATE
 from worker.processing.topology import BuiltTopology, Topology
 from worker.processing.windows import InvalidWindow, Windows, hopping, session, sliding, tumbling
 from worker.serde import JSON, STR, SerdeError
@@ -90,6 +92,18 @@ def test_late_records_are_dropped_and_counted(run: Any) -> None:
 
     assert [o.value for o in agg.outputs() if o.key.start_ms == 0] == [1, 2]
     assert agg.late_records("count") == 1
+
+
+def test_late_records_are_logged_with_key_and_lateness_at_most_once_a_second(run: Any) -> None:
+    agg = run(counting(tumbling(10 * SECOND, grace_ms=2 * SECOND), "update"))
+    agg.feed_all([("a", 1, 12_000)])
+
+    with capture_logs() as logs:
+        agg.feed_all([("b", 1, 9_999), ("c", 1, 5_000)])  # both late, within one second
+
+    (line,) = [e for e in logs if e["event"] == RECORD_LATE]
+    assert line["key"] == "b" and line["late_ms"] == 2_001 and "partition" in line
+    assert agg.late_records("count") == 2
 
 
 def test_emit_final_forwards_each_window_once_when_stream_time_passes_end_plus_grace(

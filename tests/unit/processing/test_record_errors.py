@@ -72,6 +72,10 @@ class World:
         )
         return value or 0.0
 
+    def metric(self, name: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, {"reason": "deserialization_error"})
+        return value or 0.0
+
     def dead_letters(self) -> list[Any]:
         return [r for r in self.collector.sent if r.topic == DLQ_TOPIC]
 
@@ -180,7 +184,7 @@ def test_skipped_records_log_at_most_one_line_a_second_counting_the_rest() -> No
         def warning(self, event: str, **fields: Any) -> None:
             logged.append({"event": event, **fields})
 
-    world.errors._log = Log()
+    world.errors._warnings._log = Log()
     for offset in range(5):
         world.send(b"a", b"{", offset=offset)
     world.clock.advance(1.0)
@@ -206,14 +210,44 @@ def test_processing_failed_under_dead_letter_carries_the_stack_trace() -> None:
     assert world.skipped("processing_error") == 1
 
 
-def test_a_record_skipped_again_after_a_revival_is_dead_lettered_again_but_counted_once() -> None:
+def test_a_record_skipped_again_after_an_aborting_revival_is_dead_lettered_again_counted_once() -> (
+    None
+):
     world = World(DLQ)
 
     world.send(b"a", b"{", offset=7)
-    world.send(b"a", b"{", offset=7)  # reprocessed from the last commit after a revival
+    world.errors.letters_lost()  # the revival aborted the transaction that carried it
+    world.send(b"a", b"{", offset=7)  # reprocessed from the last commit
 
-    assert len(world.dead_letters()) == 2, "the first one may be in an aborted transaction"
+    assert len(world.dead_letters()) == 2, "the first one was in an aborted transaction"
     assert world.skipped("deserialization_error") == 1
+    assert world.metric("worker_dead_lettered_records_total") == 1
+
+
+def test_records_replayed_by_a_revival_that_kept_its_sends_are_not_dead_lettered_again() -> None:
+    world = World(DLQ)
+
+    for offset in (3, 5, 7):
+        world.send(b"a", b"{", offset=offset)
+    for offset in (3, 5, 7, 8):  # at-least-once: the task's own record failed, it replays
+        world.send(b"a", b"{", offset=offset)
+
+    assert [dict(r.headers)["__worker.errors.offset"] for r in world.dead_letters()] == [
+        b"3",
+        b"5",
+        b"7",
+        b"8",
+    ]
+    assert world.metric("worker_dead_lettered_records_total") == 4
+
+
+def test_a_commit_past_the_letters_forgets_them() -> None:
+    world = World(DLQ)
+    world.send(b"a", b"{", offset=7)
+
+    world.errors.letters_committed({("input", 1): 8})
+
+    assert world.errors._lettered == {}
 
 
 def test_a_null_key_reaching_a_store_raises_a_serde_error_naming_the_store() -> None:

@@ -26,6 +26,7 @@ from worker.processing.handlers import (
 from worker.processing.timestamps import (
     INVALID_TIMESTAMP,
     WALL_CLOCK,
+    FutureBound,
     InvalidTimestamp,
     TimestampExtractor,
     decode_stream_time,
@@ -47,6 +48,7 @@ class World:
         forward: Any = None,
         extractor: TimestampExtractor | None = None,
         policy: ExceptionPolicy = ExceptionPolicy.FAIL,
+        future: FutureBound | None = None,
     ) -> None:
         self.collector = FakeCollector()
         self.metrics = Metrics()
@@ -78,7 +80,7 @@ class World:
             .subtopologies
         )
         self.graph = TaskGraph(
-            subtopology, "0_1", {"s": self.store}, self.collector, self.errors, extractor
+            subtopology, "0_1", {"s": self.store}, self.collector, self.errors, extractor, future
         )
 
     def send(self, key: str, timestamp: int, headers: Any = None, offset: int = 0) -> None:
@@ -293,3 +295,76 @@ def test_stream_time_metadata_is_kafka_streams_layout() -> None:
 @pytest.mark.parametrize("metadata", [None, "", "not base64!", "AQ==", "AwAAAAAAAAPo"])
 def test_anything_else_in_offset_metadata_is_no_stream_time(metadata: str | None) -> None:
     assert decode_stream_time(metadata) == -1
+
+
+# -- records from the future (timestamp.max.future.ms) ----------------------------------
+
+NOW_MS = 1_700_000_000_000
+HOUR_MS = 3_600_000
+
+
+class Wall:
+    """A wall clock in ms that counts its reads."""
+
+    def __init__(self) -> None:
+        self.now, self.reads = NOW_MS, 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        return self.now
+
+
+def test_a_record_over_the_future_bound_is_an_invalid_timestamp_and_moves_no_time() -> None:
+    world = World(policy=ExceptionPolicy.LOG_AND_CONTINUE, future=FutureBound(HOUR_MS, Wall()))
+
+    world.send("a", NOW_MS, offset=1)
+    world.send("far", NOW_MS + 100 * 365 * 86_400_000, offset=2)
+    world.send("b", NOW_MS + HOUR_MS, offset=3)  # at the bound: accepted
+
+    assert [key for key, *_ in world.seen] == ["a", "b"]
+    assert world.skipped(INVALID_TIMESTAMP) == 1
+    assert world.ctx.stream_time == NOW_MS + HOUR_MS
+
+
+def test_a_dead_lettered_future_record_is_stamped_by_the_producer_not_by_itself() -> None:
+    world = World(policy=ExceptionPolicy.DEAD_LETTER, future=FutureBound(HOUR_MS, Wall()))
+
+    world.send("far", NOW_MS + 2 * HOUR_MS, offset=7)
+
+    (letter,) = [r for r in world.collector.sent if r.topic == DLQ_TOPIC]
+    headers = dict(letter.headers)
+    assert letter.timestamp == 0, "a broker would refuse the record's own time"
+    assert headers[HEADER_PREFIX + "timestamp"] == str(NOW_MS + 2 * HOUR_MS).encode()
+    assert b"timestamp.max.future.ms" in headers[HEADER_PREFIX + "message"]
+
+
+def test_the_future_bound_follows_the_wall_clock_and_reads_it_only_when_passed() -> None:
+    wall = Wall()
+    world = World(future=FutureBound(HOUR_MS, wall))
+
+    for offset in range(100):
+        world.send("k", NOW_MS + offset, offset=offset)
+    assert wall.reads == 1, "the horizon is cached until a timestamp passes it"
+    wall.now += HOUR_MS
+    world.send("later", NOW_MS + 2 * HOUR_MS, offset=100)
+
+    assert world.ctx.stream_time == NOW_MS + 2 * HOUR_MS and wall.reads == 2
+
+
+def test_forward_with_a_timestamp_over_the_future_bound_is_refused() -> None:
+    world = World(
+        lambda ctx, key, value: ctx.forward(key, value, timestamp=NOW_MS + 2 * HOUR_MS),
+        future=FutureBound(HOUR_MS, Wall()),
+    )
+
+    with pytest.raises(InvalidTimestamp, match="timestamp.max.future.ms"):
+        world.send("a", NOW_MS)
+    assert world.outputs() == []
+
+
+def test_a_negative_bound_is_no_bound() -> None:
+    world = World(future=FutureBound(-1, Wall()))
+
+    world.send("far", 2**62)
+
+    assert world.ctx.stream_time == 2**62

@@ -18,6 +18,7 @@ from worker.runtime.status import (
     Status,
     TaskStatus,
     WorkerState,
+    advertised_endpoint,
     worker_lifecycle,
 )
 
@@ -150,3 +151,10 @@ def test_ready_only_when_running_and_every_active_task_is_running(
     status: Status, ready: bool
 ) -> None:
     assert status.ready is ready
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+def test_a_wildcard_host_is_never_advertised(wildcard: str) -> None:
+    assert advertised_endpoint("", wildcard, 8080, lambda: "worker-7") == "worker-7:8080"
+    assert advertised_endpoint("w.example:80", wildcard, 8080) == "w.example:80"
+    assert advertised_endpoint("", "127.0.0.1", 8080) == "127.0.0.1:8080"

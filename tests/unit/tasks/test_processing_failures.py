@@ -37,7 +37,7 @@ from worker.processing.handlers import (
     RecordFailed,
 )
 from worker.processing.topology import BuiltTopology
-from worker.serde import JSON, STR
+from worker.serde import JSON, STR, SerdeError
 from worker.tasks.failures import FailureDecision, ProcessingFailures, RunFailed
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
@@ -411,3 +411,36 @@ def test_two_bad_records_in_a_row_are_both_skipped_without_retrying_the_first_ag
     assert committed_count(task, "a") == 2
     assert harness.group_offsets.offsets[(EVENTS, 1)] == 4
     assert harness.metric("worker_skipped_records_total", reason="processing_error") == 2
+
+
+@pytest.mark.parametrize("policy", ["dead_letter"])
+def test_a_burst_of_bad_records_is_dead_lettered_once_each_under_at_least_once(
+    harness: Harness, poison: Poison
+) -> None:
+    (task,) = start(harness, T01)
+    for n in range(2, 9):
+        poison.raise_on[n] = -1
+    feed(harness, T01, "a", 1, *range(2, 9), 9)
+
+    drain(harness, rounds=60)
+    assert harness.commits.commit()
+
+    letters = [JSON.deserialize(r.value)["n"] for r in harness.collector.sent if r.topic == DLQ]
+    assert letters == list(range(2, 9)), "each once, however often the revivals replay them"
+    assert harness.metric("worker_dead_lettered_records_total", reason="processing_error") == 7
+    assert committed_count(task, "a") == 2
+
+
+def test_a_record_that_does_not_decode_in_processing_is_not_retried(
+    harness: Harness, poison: Poison
+) -> None:
+    start(harness, T01)
+    poison.raise_on[2] = -1
+    poison.error = SerdeError("not JSON")
+    feed(harness, T01, "a", 1, 2, 3)
+
+    drain(harness)
+
+    assert poison.calls.count(2) == 1, "bytes that do not decode never will"
+    assert outputs(harness)[-1] == 3
+    assert harness.metric("worker_skipped_records_total", reason="processing_error") == 1

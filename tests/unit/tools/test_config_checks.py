@@ -9,6 +9,7 @@ import pytest
 
 from tests.unit.tools.test_state_cli import run
 from worker.config import is_secret, load
+from worker.errors import ConfigError
 from worker.kafka.client_config import check_passthrough
 
 SECRETS = {
@@ -125,3 +126,40 @@ def test_settings_for_consumers_producers_and_security_all_pass_the_check() -> N
 )
 def test_which_keys_count_as_secrets(key: str, secret: bool) -> None:
     assert is_secret(key) is secret
+
+
+@pytest.mark.parametrize("command", [("config", "show"), ("start",)], ids=["config-show", "start"])
+@pytest.mark.parametrize(
+    ("sets", "named"),
+    [
+        (("http.auth.token=too-short",), "http.auth.token"),
+        (("http.auth.file=/nonexistent/token",), "http.auth.file"),
+        (("http.tls.cert.file=/nonexistent/cert.pem",), "http.tls.key.file"),
+        (("http.tls.ca.file=/nonexistent/ca.pem",), "http.tls.ca.file"),
+        (("timestamp.extractor=no_such_module:extract",), "timestamp.extractor"),
+        (
+            ("kafka.security.protocol=SASL_PLAINTEXT", "kafka.sasl.mechanism=BOGUS"),
+            "kafka.sasl.mechanism",
+        ),
+    ],
+    ids=["short-token", "auth-file", "tls-half", "ca-alone", "extractor", "sasl-mechanism"],
+)
+def test_config_show_refuses_what_start_refuses_with_exit_2_naming_the_key(
+    tmp_path: Path, command: tuple[str, ...], sets: tuple[str, ...], named: str
+) -> None:
+    pairs = [arg for pair in (*sets, "bootstrap.servers=127.0.0.1:1") for arg in ("--set", pair)]
+    result = run(*command, *pairs, env={"WORKER_STATE_DIR": str(tmp_path)})
+
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: config error: {named}:"), lines
+
+
+def test_a_bad_sasl_mechanism_is_named_as_itself_with_librdkafkas_reason() -> None:
+    overrides = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "BOGUS"}
+
+    with pytest.raises(ConfigError) as raised:
+        check_passthrough(load(None, overrides, environ={}).settings)
+
+    assert raised.value.key == "kafka.sasl.mechanism"
+    assert "Unsupported SASL mechanism: BOGUS" in str(raised.value)
