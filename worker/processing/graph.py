@@ -33,6 +33,7 @@ from worker.processing.timestamps import (
 )
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
 from worker.processing.ttl_views import TtlKeyValueStore, TtlRawStore
+from worker.processing.versioned_views import VersionedKeyValueStore, versioned_view
 from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
@@ -102,9 +103,11 @@ class TaskGraph:
 
     def _view(
         self, spec: StoreSpec, raw: RawStore
-    ) -> KeyValueStore | WindowStoreView | SessionStoreView:
+    ) -> KeyValueStore | WindowStoreView | SessionStoreView | VersionedKeyValueStore:
         if spec.windows is not None:
             return window_view(spec, raw, self.context)
+        if spec.history_ms is not None:
+            return versioned_view(spec, raw, self.context)
         if spec.ttl_ms is None:
             return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
         timed = cast(TtlRawStore, raw)  # the task opens a TtlStore for a spec with a TTL

@@ -80,6 +80,8 @@ class StoreSpec:
     windows: TimeWindows | SlidingWindows | SessionWindows | None = None
     # emit-final aggregations: expiry waits until a window's final result is out
     hold_until_emitted: bool = False
+    # versioned stores (add_versioned_store): how far back reads as of a time reach
+    history_ms: int | None = None
 
     @property
     def is_table(self) -> bool:
@@ -196,6 +198,32 @@ class Topology:
         if ttl_ms is not None and (type(ttl_ms) is not int or ttl_ms < 1):
             raise TopologyError(f"store {name!r}: ttl_ms must be an int >= 1 (ms), got {ttl_ms!r}")
         self._stores[name] = StoreSpec(name, key_serde, value_serde, ttl_ms=ttl_ms)
+        return self
+
+    def add_versioned_store(
+        self,
+        name: str,
+        history_ms: int,
+        *,
+        key_serde: Serde = BYTES,
+        value_serde: Serde = BYTES,
+    ) -> Topology:
+        """A versioned key-value store (``worker/state/versioned_store.py``) with its own
+        compacted changelog, for processors that list it; they get it with
+        ``ctx.versioned_store(name)``: values by key and time, read as of a timestamp
+        (stream-table joins as of the record's time), ``history_ms`` back from the largest
+        time written, writes older than that rejected.
+
+        Raises:
+            TopologyError: a bad ``history_ms``, or the name is empty or taken.
+        """
+        if not name or name in self._stores or name in self._order:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        if type(history_ms) is not int or history_ms < 0:
+            raise TopologyError(
+                f"store {name!r}: history_ms must be an int >= 0 (ms), got {history_ms!r}"
+            )
+        self._stores[name] = StoreSpec(name, key_serde, value_serde, history_ms=history_ms)
         return self
 
     def add_window_store(

@@ -1,5 +1,5 @@
-"""Opening a task's store as its spec says: key-value (with a TTL or not), or windowed
-with its layout."""
+"""Opening a task's store as its spec says: key-value (with a TTL or not), versioned, or
+windowed with its layout."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state import ttl_store
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
+from worker.state.versioned_store import VersionedStore
 from worker.state.window_store import WindowLayout
 from worker.state.window_stores import FixedWindowStore, SessionStore
 
@@ -74,6 +75,8 @@ def open_store(
 
     Raises: as :meth:`Store.open`.
     """
+    if spec.history_ms is not None:
+        return VersionedStore.open_versioned(path, env, spec.name, spec.history_ms)
     layout = window_layout(spec)
     if layout is None:
         return ttl_store.open_store(path, env, spec.name, spec.ttl_ms)
