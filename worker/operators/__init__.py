@@ -1,0 +1,1 @@
+"""Operators the DSL compiles onto the Processor API, each owning its stores."""
