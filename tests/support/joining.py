@@ -38,7 +38,7 @@ class Joining:
 
     def _open(self) -> None:
         self.stores = {
-            spec.name: open_store(spec, self._root / spec.name, self._env, None, self._metrics)
+            spec.name: open_store(spec, self._root / spec.name, self._env, "0_0", self._metrics)  # type: ignore[arg-type]
             for spec in self.subtopology.stores
         }
         self.graph = TaskGraph(self.subtopology, "0_0", self.stores, self.collector)
@@ -62,6 +62,13 @@ class Joining:
             for r in self.collector.sent
             if r.topic == topic
         ]
+
+    def late_records(self, processor: str) -> float:
+        """``worker_late_records_total`` of ``processor`` (a windowed store's name)."""
+        value = self._metrics.registry.get_sample_value(
+            "worker_late_records_total", {"task": "0_0", "processor": processor}
+        )
+        return value or 0.0
 
     def commit(self) -> None:
         for store in self.stores.values():

@@ -28,7 +28,8 @@ def modules(package: str) -> list[Path]:
     return [WORKER / f"{package}.py"]
 
 
-PACKAGES = ("assignment", "dev", "examples", "http", "kafka", "processing", "runtime")
+PACKAGES = ("assignment", "dev", "examples", "http", "kafka", "operators", "processing")
+PACKAGES += ("runtime",)
 PACKAGES += ("spark", "state", "tasks", "tools")
 # The top-level modules every layer may use; they import none of the packages.
 FOUNDATION = (
@@ -56,10 +57,14 @@ def above(*packages: str, commands: tuple[str, ...] = COMMANDS) -> tuple[str, ..
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{name: PACKAGES + ("cli",) for name in FOUNDATION},
     "assignment": above("kafka", "state", "tasks", "runtime", "http", "processing", "examples"),
-    "processing": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples"),
+    "processing": above(
+        "kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "operators"
+    ),
+    # operators (joins...) compile onto the Processor API: processing is their floor
+    "operators": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples"),
     "examples": above("kafka", "state", "tasks", "runtime", "http", "assignment"),
     "kafka": above("state", "tasks", "runtime", "http", "examples"),
-    "state": above("tasks", "runtime", "http", "processing", "examples"),
+    "state": above("tasks", "runtime", "http", "processing", "examples", "operators"),
     "tasks": above("runtime", "http", "examples"),
     # http reads runtime.status (the read model, see EXCEPTIONS) and nothing else of runtime
     "http": above("runtime", "tasks", "kafka", "examples"),

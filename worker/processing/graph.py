@@ -23,6 +23,7 @@ from typing import Any, cast
 from worker.errors import TopologyError
 from worker.processing.context import Node, ProcessorContext, Record, RecordSink
 from worker.processing.handlers import BadRecord, RecordErrorHandler
+from worker.processing.join_windows import JoinBufferView, JoinWindows
 from worker.processing.store_views import KeyValueStore, RawStore
 from worker.processing.timestamps import (
     NEGATIVE,
@@ -43,7 +44,7 @@ Runner = Callable[[Record], None]
 
 def window_view(
     spec: StoreSpec, raw: RawStore, context: ProcessorContext
-) -> WindowStoreView | SessionStoreView:
+) -> WindowStoreView | SessionStoreView | JoinBufferView:
     """What processors get for a windowed store: its writes happen at the current
     record's timestamp, read from ``context`` at each write."""
 
@@ -51,6 +52,8 @@ def window_view(
         return context.timestamp
 
     windowed: Any = raw  # a state.window_stores store: the task opened it from the spec
+    if isinstance(spec.windows, JoinWindows):
+        return JoinBufferView(spec.name, windowed)
     if isinstance(spec.windows, SessionWindows | SlidingWindows):
         return SessionStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
     return WindowStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
@@ -103,7 +106,9 @@ class TaskGraph:
 
     def _view(
         self, spec: StoreSpec, raw: RawStore
-    ) -> KeyValueStore | WindowStoreView | SessionStoreView | VersionedKeyValueStore:
+    ) -> (
+        KeyValueStore | WindowStoreView | SessionStoreView | VersionedKeyValueStore | JoinBufferView
+    ):
         if spec.windows is not None:
             return window_view(spec, raw, self.context)
         if spec.history_ms is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from worker.errors import TopologyError
 from worker.processing.aggregations import WindowedAggregation
 from worker.processing.components import Components
+from worker.processing.join_windows import JoinWindows
 from worker.processing.windows import (
     SessionWindows,
     SlidingWindows,
@@ -76,8 +77,9 @@ class StoreSpec:
     source_topic: str | None = None  # tables: the topic that is source and changelog
     ttl_ms: int | None = None  # keys expire this long after their write (stream time)
     # windowed stores (add_window_store, add_session_store; sliding windows live in a
-    # session-shaped store, for windowed aggregations): their windows and retention
-    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    # session-shaped store, for windowed aggregations; join windows: a stream-stream
+    # join's buffer, add_join_buffer_store): their windows and retention
+    windows: TimeWindows | SlidingWindows | SessionWindows | JoinWindows | None = None
     # emit-final aggregations: expiry waits until a window's final result is out
     hold_until_emitted: bool = False
     # versioned stores (add_versioned_store): how far back reads as of a time reach
@@ -269,10 +271,22 @@ class Topology:
         windows = session(gap_ms, grace_ms=grace_ms, retention_ms=retention_ms)
         return self._add_windowed(name, windows, key_serde, value_serde)
 
+    def add_join_buffer_store(
+        self, name: str, windows: JoinWindows, *, key_serde: Serde, value_serde: Serde
+    ) -> Topology:
+        """One side's buffer of a stream-stream join (``worker/state/join_buffer.py``):
+        records by key and time, ``windows.retention_ms`` of them, with a ``compact,delete``
+        changelog like every windowed store's; processors get a ``JoinBufferView``.
+
+        Raises:
+            TopologyError: the name is empty or taken.
+        """
+        return self._add_windowed(name, windows, key_serde, value_serde)
+
     def _add_windowed(
         self,
         name: str,
-        windows: TimeWindows | SessionWindows,
+        windows: TimeWindows | SessionWindows | JoinWindows,
         key_serde: Serde,
         value_serde: Serde,
     ) -> Topology:

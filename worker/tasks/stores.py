@@ -7,13 +7,15 @@ from pathlib import Path
 
 from worker.assignment.task_id import TaskId
 from worker.observability import Metrics
+from worker.processing.join_windows import JoinWindows
 from worker.processing.topology import StoreSpec
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state import ttl_store
+from worker.state.join_buffer import JoinBufferStore
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 from worker.state.versioned_store import VersionedStore
-from worker.state.window_store import WindowLayout
+from worker.state.window_store import WindowedStore, WindowLayout
 from worker.state.window_stores import FixedWindowStore, SessionStore
 
 
@@ -22,6 +24,8 @@ def window_layout(spec: StoreSpec) -> WindowLayout | None:
     windows = spec.windows
     if windows is None:
         return None
+    if isinstance(windows, JoinWindows):
+        return WindowLayout(segmented=True, retention_ms=windows.retention_ms)
     if isinstance(windows, SessionWindows | SlidingWindows):
         ahead = windows.time_difference_ms + 1 if isinstance(windows, SlidingWindows) else 0
         return WindowLayout(
@@ -81,5 +85,7 @@ def open_store(
     if layout is None:
         return ttl_store.open_store(path, env, spec.name, spec.ttl_ms)
     events = None if metrics is None else WindowMetrics(metrics, str(task), spec.name)
-    kind = SessionStore if layout.segmented else FixedWindowStore
+    kind: type[WindowedStore] = SessionStore if layout.segmented else FixedWindowStore
+    if isinstance(spec.windows, JoinWindows):
+        kind = JoinBufferStore
     return kind.open_windowed(path, env, spec.name, layout, events)

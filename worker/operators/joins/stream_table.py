@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.errors import TopologyError
+from worker.operators.joins.kinds import Joiner
 from worker.processing.context import ProcessorContext
 from worker.processing.topology import Topology
 from worker.processing.versioned_views import VersionedKeyValueStore
 
-Joiner = Callable[[Any, Any], Any]
 KeyMapper = Callable[[Any, Any], Any]
 
 

@@ -19,18 +19,13 @@ in-order changes); their changes reach the join as records forwarded by their so
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from worker.errors import TopologyError
+from worker.operators.joins.kinds import Joiner, Kind, check_join
 from worker.processing.context import ProcessorContext
 from worker.processing.topology import Topology
 from worker.serde import BYTES, Serde
-
-Joiner = Callable[[Any, Any], Any]
-Kind = Literal["inner", "left", "outer"]
-KINDS: tuple[Kind, ...] = ("inner", "left", "outer")
 
 
 def joined(kind: Kind, joiner: Joiner, left: Any, right: Any) -> Any:
@@ -96,13 +91,10 @@ def add_table_table_join(
     :func:`result_parents`).
 
     Raises:
-        TopologyError: an unknown kind, a joiner that is not callable; as
+        TopologyError: as :func:`~worker.operators.joins.kinds.check_join` and
             ``Topology.add_processor``.
     """
-    if kind not in KINDS:
-        raise TopologyError(f"join {name!r}: kind must be one of {KINDS}, got {kind!r}")
-    if not callable(joiner):
-        raise TopologyError(f"join {name!r}: joiner must be callable")
+    check_join(name, kind, joiner)
     join = TableTableJoin(name, left[1], right[1], kind, joiner)
     topology.add_store(name, key_serde, value_serde)
     stores = [left[1], right[1], name]
