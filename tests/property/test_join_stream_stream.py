@@ -1,7 +1,8 @@
 """Stream-stream windowed joins on real stores against a plain-Python reference.
 
 Random interleavings of both sides (out-of-order and late records, null keys and
-values, duplicates of one key and time), random windows and grace, restarts, for inner,
+values, duplicates of one key and time), random windows and grace, restarts and
+restores from the changelogs, for inner,
 left and outer joins: the outputs equal the reference's in order and timestamp. The
 reference emits an unmatched result only when stream time has passed the record's
 window plus grace, so the test also says: never early, never twice, never for a record
@@ -33,7 +34,7 @@ events = st.lists(
             st.sampled_from([0, 0, 5, 10]),  # coarse times: windows close exactly on
             st.sampled_from([0, 0, 5, 10, 15]),  # a record's time often (the edge cases)
         ),
-        st.tuples(st.just("restart")),
+        st.tuples(st.sampled_from(["restart", "restore"])),
     ),
     max_size=60,
 )
@@ -123,6 +124,9 @@ def test_stream_stream_join_matches_the_reference(
             for event in script:
                 if event[0] == "restart":
                     running.restart()
+                    continue
+                if event[0] == "restore":
+                    running.restore()
                     continue
                 side, key, value, step, lateness = event
                 now += step * scale

@@ -1,7 +1,8 @@
 """Stream-table joins on real stores against a plain-Python reference.
 
 Random interleavings of table updates (deletes included, timestamps out of order) and
-stream records (late ones, null keys), commits and restarts, for inner and left joins
+stream records (late ones, null keys), restarts and restores from the changelogs, for
+inner and left joins
 over a plain table (the latest value) and a versioned one (the value as of the stream
 record's time, history bounded): the outputs equal the reference's, in order, with the
 stream record's timestamp.
@@ -32,7 +33,7 @@ events = st.lists(
             st.just("stream"), st.one_of(st.none(), KEYS), st.integers(0, 9), st.integers(0, 60)
         ),
         st.tuples(st.just("stream-null"), KEYS, st.none(), st.integers(0, 60)),
-        st.tuples(st.just("restart")),
+        st.tuples(st.sampled_from(["restart", "restore"])),
     ),
     max_size=50,
 )
@@ -103,6 +104,9 @@ def test_stream_table_join_matches_the_reference(
             for event in script:
                 if event[0] == "restart":
                     running.restart()
+                    continue
+                if event[0] == "restore":
+                    running.restore()
                     continue
                 kind, key, value, ts = event
                 if kind == "table":

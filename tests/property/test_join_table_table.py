@@ -1,6 +1,7 @@
 """Table-table joins on real stores against a plain-Python reference.
 
-Random updates and deletes of either table, commits and restarts, for inner, left and
+Random updates and deletes of either table, restarts and restores from the changelogs,
+for inner, left and
 outer joins: the result table's changes equal the reference's (a row whenever the
 result has one, a tombstone only when a row existed), and the result store holds the
 reference's result table.
@@ -29,7 +30,7 @@ events = st.lists(
             st.one_of(st.none(), st.integers(0, 9)),
             st.integers(0, 60),
         ),
-        st.tuples(st.just("restart")),
+        st.tuples(st.sampled_from(["restart", "restore"])),
     ),
     max_size=50,
 )
@@ -83,6 +84,9 @@ def test_table_table_join_matches_the_reference(kind: Kind, script: list[Any]) -
             for event in script:
                 if event[0] == "restart":
                     running.restart()
+                    continue
+                if event[0] == "restore":
+                    running.restore()
                     continue
                 side, key, value, ts = event
                 running.feed(f"{side}t", key, value, ts)

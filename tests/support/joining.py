@@ -1,6 +1,7 @@
 """A join's task graph over real stores, without the task: records fed to any source
-topic one by one, outputs decoded, commits and restarts (stores closed and reopened
-from disk) by hand. Keys are strings, values JSON."""
+topic one by one, outputs decoded, commits, restarts (stores closed and reopened from
+disk) and restores (fresh stores rebuilt from what the commits sent to the changelogs)
+by hand. Keys are strings, values JSON."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.fakes import FakeCollector
 from tests.support.feeding import feed
+from tests.support.restoring import restore_pairs
 from worker.observability import Metrics
 from worker.processing.graph import TaskGraph
 from worker.processing.topology import BuiltTopology
@@ -34,11 +36,17 @@ class Joining:
         self.collector = FakeCollector()
         self._offsets: dict[str, int] = {}
         self.stores: dict[str, Store] = {}
+        # what each commit sent to each store's changelog (a table's: its topic's records)
+        self.changelogs: dict[str, list[tuple[bytes, bytes | None]]] = {
+            spec.name: [] for spec in self.subtopology.stores
+        }
+        self._generation = 0
         self._open()
 
     def _open(self) -> None:
+        where = self._root / str(self._generation)
         self.stores = {
-            spec.name: open_store(spec, self._root / spec.name, self._env, "0_0", self._metrics)  # type: ignore[arg-type]
+            spec.name: open_store(spec, where / spec.name, self._env, "0_0", self._metrics)  # type: ignore[arg-type]
             for spec in self.subtopology.stores
         }
         self.graph = TaskGraph(self.subtopology, "0_0", self.stores, self.collector)
@@ -71,14 +79,32 @@ class Joining:
         return value or 0.0
 
     def commit(self) -> None:
-        for store in self.stores.values():
-            store.commit({}, self.graph.context.stream_time)
+        for name, store in self.stores.items():
+            log = self.changelogs[name]
+            log.extend(store.pending().items())
+            store.commit({(name, 0): max(len(log) - 1, 0)}, self.graph.context.stream_time)
 
     def restart(self) -> None:
         """A clean restart: commit, close every store, reopen them from disk."""
         self.commit()
         self.close()
         self._open()
+
+    def restore(self, batch: int = 7) -> None:
+        """A move to a fresh instance: commit, close, then new stores in a new directory
+        rebuilt from the changelogs in batches of ``batch`` records."""
+        self.commit()
+        self.close()
+        self._generation += 1
+        self._open()
+        for name, store in self.stores.items():
+            log = self.changelogs[name]
+            for offset in range(0, len(log), batch):
+                chunk = log[offset : offset + batch]
+                restore_pairs(store, chunk, {(name, 0): offset + len(chunk) - 1})
+        self.graph.context.stream_time = max(
+            (s.committed_stream_time for s in self.stores.values()), default=-1
+        )
 
     def close(self) -> None:
         for store in self.stores.values():
