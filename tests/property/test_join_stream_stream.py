@@ -1,12 +1,11 @@
 """Stream-stream windowed joins on real stores against a plain-Python reference.
 
-Random interleavings of both sides (out-of-order and late records, null keys and
-values, duplicates of one key and time), random windows and grace, restarts and
-restores from the changelogs, for inner,
-left and outer joins: the outputs equal the reference's in order and timestamp. The
-reference emits an unmatched result only when stream time has passed the record's
-window plus grace, so the test also says: never early, never twice, never for a record
-that found a partner (KAFKA-10847).
+Random interleavings of both sides (out-of-order and late records, null keys and values,
+duplicates of one key and time), random windows and grace, restarts and restores from
+the changelogs, for inner, left and outer joins: the outputs equal the reference's in
+order and timestamp. The reference emits an unmatched result only when stream time has
+passed the record's window plus grace, so the test also says: never early, never twice,
+never for a record that found a partner (KAFKA-10847).
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 Random interleavings of table updates (deletes included, timestamps out of order) and
 stream records (late ones, null keys), restarts and restores from the changelogs, for
-inner and left joins
-over a plain table (the latest value) and a versioned one (the value as of the stream
-record's time, history bounded): the outputs equal the reference's, in order, with the
-stream record's timestamp.
+inner and left joins over a plain table (the latest value) and a versioned one (the
+value as of the stream record's time, history bounded): the outputs equal the
+reference's, in order, with the stream record's timestamp.
 """
 
 from __future__ import annotations
