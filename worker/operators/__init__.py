@@ -1,1 +1,1 @@
-"""Operators the DSL compiles onto the Processor API, each owning its stores."""
+"""Operators: the processors behind the DSL's compound operations, each owning its stores."""
