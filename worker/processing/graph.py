@@ -78,12 +78,13 @@ class TaskGraph:
         errors: RecordErrorHandler | None = None,
         extractor: TimestampExtractor | None = None,
     ) -> None:
-        missing = {s.name for s in subtopology.stores} - set(stores)
+        specs = (*subtopology.stores, *subtopology.global_stores)
+        missing = {s.name for s in specs} - set(stores)
         if missing:
             raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
         self._raw = dict(stores)
         self.context = ProcessorContext(task_id)
-        views = {spec.name: self._view(spec, stores[spec.name]) for spec in subtopology.stores}
+        views = {spec.name: self._view(spec, stores[spec.name]) for spec in specs}
         nodes: dict[str, Node] = {}
         for source in subtopology.sources:
             nodes[source.name] = Node(source.name, {})

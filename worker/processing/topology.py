@@ -108,6 +108,8 @@ class Subtopology:
     sinks: tuple[SinkNode, ...]
     stores: tuple[StoreSpec, ...]
     children: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the global tables its processors read (every instance holds them whole)
+    global_stores: tuple[StoreSpec, ...] = ()
 
     @property
     def source_topics(self) -> tuple[str, ...]:
@@ -121,6 +123,7 @@ class Subtopology:
 @dataclass(frozen=True)
 class BuiltTopology:
     subtopologies: tuple[Subtopology, ...]
+    global_tables: tuple[StoreSpec, ...] = ()
 
     def source_topics_by_subtopology(self) -> dict[int, tuple[str, ...]]:
         return {st.id: st.source_topics for st in self.subtopologies}
@@ -151,10 +154,11 @@ class Topology:
         self._processors: dict[str, ProcessorNode] = {}
         self._sinks: dict[str, SinkNode] = {}
         self._stores: dict[str, StoreSpec] = {}
+        self._globals: dict[str, StoreSpec] = {}
         self._order: list[str] = []
 
     def _claim(self, name: str) -> None:
-        if not name or name in self._order or name in self._stores:
+        if not name or name in self._order or name in self._stores or name in self._globals:
             raise TopologyError(f"name {name!r} is empty or already used")
         self._order.append(name)
 
@@ -179,6 +183,23 @@ class Topology:
         self._claim(name)
         self._stores[name] = StoreSpec(name, key_serde, value_serde, source_topic=topic)
         self._sources[name] = SourceNode(name, topic, key_serde, value_serde, table_store=name)
+        return self
+
+    def add_global_table(
+        self, name: str, topic: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+    ) -> Topology:
+        """A global table: store ``name`` holding every partition of ``topic`` on every
+        instance (``worker/runtime/global_tables.py``), current before any task runs and
+        kept current between batches. Processors that list ``name`` read it (any key: no
+        co-partitioning); only the topic writes it, and it is the table's changelog.
+
+        Raises:
+            TopologyError: the name is empty or taken, the topic already read.
+        """
+        self._check_topic_unused(topic)
+        if not name or name in self._stores or name in self._order or name in self._globals:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        self._globals[name] = StoreSpec(name, key_serde, value_serde, source_topic=topic)
         return self
 
     def add_store(
@@ -357,7 +378,7 @@ class Topology:
             raise TopologyError(f"processor {name!r}: init is not callable")
         self._check_parents(name, parents)
         for store in stores:
-            if store not in self._stores:
+            if store not in self._stores and store not in self._globals:
                 raise TopologyError(f"processor {name!r} uses unknown store {store!r}")
         self._claim(name)
         self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores), init)
@@ -378,7 +399,8 @@ class Topology:
         return self
 
     def _check_topic_unused(self, topic: str) -> None:
-        if any(s.topic == topic for s in self._sources.values()):
+        read = [s.topic for s in self._sources.values()]
+        if topic in read or any(g.source_topic == topic for g in self._globals.values()):
             raise TopologyError(f"topic {topic!r} is already a source")
 
     def _check_parents(self, name: str, parents: Sequence[str]) -> None:
@@ -409,11 +431,15 @@ class Topology:
                 groups.union(node.name, parent)
         for proc in self._processors.values():
             for store in proc.stores:
-                groups.union(proc.name, f"store:{store}")
+                if store not in self._globals:  # read whole on every task: joins no one
+                    groups.union(proc.name, f"store:{store}")
         for source in self._sources.values():
             if source.table_store:
                 groups.union(source.name, f"store:{source.table_store}")
-        return BuiltTopology(tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())))
+        return BuiltTopology(
+            tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())),
+            tuple(self._globals.values()),
+        )
 
     def _downstream_nodes(self) -> list[ProcessorNode | SinkNode]:
         """Processors and sinks in the order they were added (forward follows this order)."""
@@ -437,5 +463,10 @@ class Topology:
             processors=tuple(p for n, p in self._processors.items() if n in names),
             sinks=tuple(s for n, s in self._sinks.items() if n in names),
             stores=tuple(s for n, s in self._stores.items() if n in store_names),
+            global_stores=tuple(
+                s
+                for n, s in self._globals.items()
+                if any(n in p.stores for p in self._processors.values() if p.name in names)
+            ),
             children={k: tuple(v) for k, v in children.items()},
         )

@@ -52,7 +52,8 @@ def build_active_graph(
     )
     failures = ProcessingFailures(errors, settings.processing_exception_max_retries, log)
     extractor = timestamps.resolve(settings.timestamp_extractor)
-    graph = TaskGraph(subtopology, task_id, dict(stores), ctx.collector, errors, extractor)
+    readable = {**ctx.global_stores, **stores}  # the global tables its processors read
+    graph = TaskGraph(subtopology, task_id, readable, ctx.collector, errors, extractor)
     graph.context.stream_time = stream_time
     for store in stores.values():
         store.stamp_writes(graph.context)
