@@ -1,6 +1,7 @@
 """A global table on the real broker: every worker holds all of its partitions, read to
-the end before any payment is joined, kept current while it runs, and resumed from its
-stored offsets after a restart (only the tail is read again).
+the end before any payment is joined, kept current while it runs, queryable by key on
+the instance asked, and resumed from its stored offsets after a restart (only the tail
+is read again).
 
 The merchants topic has 3 partitions and the payments 2: a stream-global join needs no
 co-partitioning, and each payment finds its merchant whichever partition holds it.
@@ -69,6 +70,9 @@ def test_a_global_table_is_read_whole_before_joining_and_kept_current(bootstrap,
     for key, (payment, name) in enriched(bootstrap, out):
         assert name == f"name-{int(key.split('-')[1]) % MERCHANTS}", (key, payment, name)
     assert bootstrapped(worker) == [MERCHANTS]
+    status, body = worker.get("/stores/merchants/keys/m7")  # any key, on any instance
+    assert status == 200, body
+    assert json.loads(body)["value"] == "name-7"
 
     produce_raw(bootstrap, merchants, [(b"m3", b"renamed"), (b"m4", None)])
     wait_until(

@@ -44,6 +44,7 @@ from worker.runtime.status import Status
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
 from worker.tasks.parts import TaskParts, build_task_parts
 from worker.tasks.task import Task
 from worker.tasks.task_context import TaskContext
@@ -104,12 +105,13 @@ def assemble(
     state_dir.open()
     stack.callback(state_dir.close)
     directory = RoutingDirectory(functools.partial(fetch_routing, peer=security.peer))
+    global_stores: dict[str, Store] = {}  # filled once the global tables are open
     http = HttpServer(
         settings.http_host,
         settings.http_port,
         metrics,
         hooks.status,
-        QueryRouter(topology, hooks.status, directory, security.scheme),
+        QueryRouter(topology, hooks.status, directory, security.scheme, global_stores),
         security,
         HttpLimits.from_settings(settings),
         None if settings.http_management_port < 0 else settings.http_management_port,
@@ -156,6 +158,7 @@ def assemble(
     metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
     metrics.store_open_iterators.set_function(env.open_scan_count)
     global_tables = _global_tables(stack, settings, topology, admin, state_dir, env, stop)
+    global_stores.update(global_tables.stores)
     ctx = TaskContext(
         settings, state_dir, env, collector, metrics, clock, global_stores=global_tables.stores
     )
