@@ -5,7 +5,8 @@ history retention: at every step ``get_latest`` and ``get_as_of`` (at times arou
 each version, below and above the cutoff) equal the model's; each write is accepted,
 rejected or classified newest/older as the model says; right after a write its key
 holds at most one version at or below the cutoff; and a store restored from the
-changelog its commits wrote (in batches of any size) reads the same as the original.
+changelog its commits wrote (in batches of any size) reads the same as the original, its
+committed reads (interactive queries, by key and by range) giving the latest values.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from tests.support.restoring import restore_pairs
 from worker.state import versioned_format as fmt
 from worker.state.rocksdb_env import MiB, RocksDBEnv
+from worker.state.scan import KeyRange
 from worker.state.versioned_store import Put, Version, VersionedStore
 
 TP = ("v-changelog", 0)
@@ -127,9 +129,20 @@ def test_versioned_store_matches_the_model(history: int, script: list[Any], batc
                 restore_pairs(copy, chunk, {TP: offset + len(chunk) - 1})
             assert copy.observed_ms == model.observed
             assert_reads_match(copy, model)
+            rows = {}
             for key in KEYS:
                 latest = model.latest(key)
                 assert copy.get_committed(key) == (None if latest is None else latest.value)
+                if latest is not None:
+                    rows[key] = latest.value
+            for limit in (None, 1, 2):
+                every = sorted(rows.items())
+                assert copy.read_committed_range(KeyRange(), limit=limit) == every[:limit]
+                found = copy.read_committed_range(KeyRange(b"a", b"b"), reverse=True, limit=limit)
+                assert (
+                    found
+                    == sorted(((k, v) for k, v in every if b"a" <= k < b"b"), reverse=True)[:limit]
+                )
         finally:
             store.close()
             copy.close()

@@ -34,6 +34,7 @@ from typing import NamedTuple, Self, cast
 from worker.clock import MAX_TIME_MS
 from worker.state import versioned_format as fmt
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.scan import KeyRange, prefix_upper_bound, successor
 from worker.state.store import RestoreBatch, Store
 from worker.state.window_format import decode_meta, encode_meta
 
@@ -183,6 +184,27 @@ class VersionedStore(Store):
         """The latest committed value of ``key`` (interactive queries), any thread."""
         stored = super().get_committed(fmt.latest_key(key))
         return None if stored is None else fmt.decode_latest(stored).value
+
+    def read_committed_range(
+        self, found: KeyRange, *, reverse: bool = False, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The latest committed values of the keys in ``found`` (interactive range
+        queries: the table as it is now), tombstones left out; any thread. More chunks
+        are read while tombstones fill them, as ``TtlStore.read_committed_range`` does."""
+        prefix = fmt.LATEST_PREFIX
+        lo = prefix + (found.lo or b"")
+        hi = prefix + found.hi if found.hi is not None else prefix_upper_bound(prefix)
+        window, live = KeyRange(lo, hi), []
+        while True:
+            chunk = super().read_committed_range(window, reverse=reverse, limit=limit)
+            for key, stored in chunk:
+                value = fmt.decode_latest(stored).value
+                if value is not None:
+                    live.append((key[len(prefix) :], value))
+            if limit is None or len(chunk) < limit or len(live) >= limit:
+                return live[:limit]
+            last = chunk[-1][0]
+            window = KeyRange(window.lo, last) if reverse else KeyRange(successor(last), window.hi)
 
     # -- commit and restore ------------------------------------------------------------
 
