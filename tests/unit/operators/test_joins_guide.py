@@ -43,6 +43,15 @@ CASES: dict[str, tuple[list[tuple[str, str, Any, int]], str, list[Any]]] = {
         "enriched",
         [("a", [PAYMENT, None], 1_000), ("a", [PAYMENT, PROFILE], 6_000)],
     ),
+    "Stream-table: with a grace": (
+        [
+            ("payments", "a", PAYMENT, 1_000),
+            ("account-profiles", "a", PROFILE, 500),
+            ("payments", "a", PAYMENT, 11_000),
+        ],
+        "enriched",
+        [("a", [PAYMENT, PROFILE], 1_000)],
+    ),
     "Stream-stream: left join": (
         [
             ("orders", "o1", "order-1", 0),
