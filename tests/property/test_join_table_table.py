@@ -1,7 +1,7 @@
 """Table-table joins on real stores against a plain-Python reference.
 
-Random updates and deletes of either table, restarts and restores from the changelogs,
-for inner, left and outer joins: the result table's changes equal the reference's (a row
+Random updates and deletes of either table (plain, or versioned: out-of-order updates
+ignored), restarts and restores from the changelogs, for inner, left and outer joins: the result table's changes equal the reference's (a row
 whenever the result has one, a tombstone only when a row existed), and the result store
 holds the reference's result table.
 """
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tests.support.joining import Joining
 from worker.operators.joins.table_table import Kind, add_table_table_join, result_parents
+from worker.operators.joins.tables import add_versioned_table, table_node
 from worker.processing.topology import Topology
 from worker.serde import JSON, STR
 
@@ -39,22 +40,36 @@ def pair(left: Any, right: Any) -> Any:
     return [left, right]
 
 
-def topology(kind: Kind) -> Topology:
-    t = Topology().add_table("L", "lt", STR, JSON).add_table("R", "rt", STR, JSON)
-    add_table_table_join(
-        t, "J", ("L", "L"), ("R", "R"), pair, kind=kind, key_serde=STR, value_serde=JSON
-    )
+def topology(kind: Kind, history: int | None) -> Topology:
+    t = Topology()
+    if history is None:
+        t.add_table("L", "lt", STR, JSON).add_table("R", "rt", STR, JSON)
+        left, right = ("L", "L"), ("R", "R")
+    else:
+        add_versioned_table(t, "L", "lt", history, key_serde=STR, value_serde=JSON)
+        add_versioned_table(t, "R", "rt", history, key_serde=STR, value_serde=JSON)
+        left, right = (table_node("L"), "L"), (table_node("R"), "R")
+    add_table_table_join(t, "J", left, right, pair, kind=kind, key_serde=STR, value_serde=JSON)
     return t.add_sink("out", "out", result_parents("J"), STR, JSON)
 
 
 class Reference:
-    def __init__(self, kind: Kind) -> None:
-        self.kind = kind
+    def __init__(self, kind: Kind, history: int | None) -> None:
+        self.kind, self.history = kind, history
+        self.observed = {"l": -1, "r": -1}
+        self.newest: dict[tuple[str, str], int] = {}  # (side, key) -> time of its newest version
         self.rows: dict[str, dict[str, Any]] = {"l": {}, "r": {}}
         self.result: dict[str, Any] = {}
         self.out: list[tuple[Any, Any, int]] = []
 
     def update(self, side: str, key: str, value: Any, ts: int) -> None:
+        if self.history is not None:  # versioned: only in-order changes reach the join
+            if ts < self.observed[side] - self.history:
+                return
+            self.observed[side] = max(self.observed[side], ts)
+            if ts < self.newest.get((side, key), -1):
+                return
+            self.newest[(side, key)] = ts
         if value is None:
             self.rows[side].pop(key, None)
         else:
@@ -74,11 +89,17 @@ class Reference:
 
 
 @settings(max_examples=100, deadline=None)
-@given(kind=st.sampled_from(["inner", "left", "outer"]), script=events)
-def test_table_table_join_matches_the_reference(kind: Kind, script: list[Any]) -> None:
-    reference = Reference(kind)
+@given(
+    kind=st.sampled_from(["inner", "left", "outer"]),
+    history=st.one_of(st.none(), st.integers(0, 30)),
+    script=events,
+)
+def test_table_table_join_matches_the_reference(
+    kind: Kind, history: int | None, script: list[Any]
+) -> None:
+    reference = Reference(kind, history)
     with tempfile.TemporaryDirectory() as tmp:
-        running = Joining(topology(kind).build(), Path(tmp))
+        running = Joining(topology(kind, history).build(), Path(tmp))
         try:
             for event in script:
                 if event[0] == "restart":
