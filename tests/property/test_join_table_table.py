@@ -1,9 +1,10 @@
 """Table-table joins on real stores against a plain-Python reference.
 
 Random updates and deletes of either table (plain, or versioned: out-of-order updates
-ignored), restarts and restores from the changelogs, for inner, left and outer joins: the result table's changes equal the reference's (a row
-whenever the result has one, a tombstone only when a row existed), and the result store
-holds the reference's result table.
+ignored), restarts and restores from the changelogs, for inner, left and outer joins:
+the result table's changes equal the reference's (a row whenever the result has one, a
+tombstone only when a row existed), and the result store holds the reference's result
+table.
 """
 
 from __future__ import annotations
