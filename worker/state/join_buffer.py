@@ -52,11 +52,13 @@ class JoinBufferStore(WindowedStore):
 
     _next_seq: int
     _seq_unwritten: bool
+    _appended: dict[bytes, list[Buffered]]  # this commit's records by key (see fetch)
 
     def _load_progress(self) -> None:
         super()._load_progress()
         self._next_seq = decode_meta(self.get(NEXT_SEQ), 0)
         self._seq_unwritten = False
+        self._appended = {}
 
     def append(self, key: bytes, ts_ms: int, value: bytes) -> int | None:
         """Buffer ``value`` as ``key``'s record at ``ts_ms``; its sequence number, or
@@ -73,22 +75,34 @@ class JoinBufferStore(WindowedStore):
         self._next_seq = seq + 1
         self._seq_unwritten = True
         self.put(segmented_key(key, seq, ts_ms, self.layout.interval_ms), value)
+        self._appended.setdefault(key, []).append(Buffered(ts_ms, seq, value))
         return seq
 
     def fetch(self, key: bytes, from_ms: int, to_ms: int) -> list[Buffered]:
         """``key``'s live records with a time in ``[from_ms, to_ms]`` (clamped at 0), by
-        time then arrival: one seek per segment, uncommitted writes included."""
+        time then arrival: one seek per segment, uncommitted writes included.
+
+        The committed records are read from RocksDB alone and this commit's from
+        ``_appended``: a scan merged with the write buffer copies the buffered keys of
+        its range on every call, which made a fetch per record cost the whole commit
+        interval's records (the join's profile). The two never overlap: entries are
+        only appended, and an expired one is filtered by time either way."""
         lo, hi = max(from_ms, self.live_from, 0), min(to_ms, self.observed_ms)
         if hi < lo:
             return []
         check_times(lo, hi)
-        found = []
+        found = [b for b in self._appended.get(key, ()) if lo <= b.ts_ms <= hi]
         for found_range in segment_ranges(key, lo, hi, self.layout.interval_ms):
-            with self._scan(found_range) as scan:
+            with self._committed_scan(found_range) as scan:
                 for stored_key, stored in scan:
                     _key, seq, ts = decode_segmented_key(stored_key)
                     found.append(Buffered(ts, seq, stored))
+        found.sort()
         return found
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
+        super().commit(offsets, stream_time)
+        self._appended = {}  # in RocksDB now (a failed commit raised and kept them)
 
     def _settle(self) -> None:
         super()._settle()
