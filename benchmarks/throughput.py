@@ -225,9 +225,9 @@ FRAMEWORK = "per-record framework code (routing, graph, context, store buffer, r
 LOOP = "the loop's own work (group and producer polls, metrics)"
 
 
-def categories(app_label: str, app_file: str) -> list[profiling.Category]:
+def categories(app_label: str, *app_files: str) -> list[profiling.Category]:
     """The kinds of work, with ``app_label`` for the samples whose innermost frame is in
-    ``app_file`` (the topology's own code)."""
+    one of ``app_files`` (the topology's own code)."""
     return [
         profiling.Category(COMMIT, under=("TaskCommitter.commit",)),
         profiling.Category(FETCHING, leaf_functions=("DataConsumer.consume",)),
@@ -237,7 +237,7 @@ def categories(app_label: str, app_file: str) -> list[profiling.Category]:
             leaf_code=("decode_value", "encode_value", "decode_key", "encode_key"),
         ),
         profiling.Category(READS, leaf_functions=("Store._read_committed",)),
-        profiling.Category(app_label, leaf_files=(app_file,)),
+        profiling.Category(app_label, leaf_files=app_files),
         profiling.Category(FRAMEWORK, under=("RecordRouter.process",)),
     ]
 

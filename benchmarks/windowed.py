@@ -37,7 +37,9 @@ APP = "benchmarks.apps:windowed_count_and_sum_app"
 PARTITIONS = 4
 TARGET = 0.15  # issue 22
 CATEGORIES = throughput.categories(
-    "the aggregation (`worker/processing/aggregations.py`)", "worker/processing/aggregations.py"
+    "the aggregation (`worker/operators/`)",
+    "worker/operators/tumbling.py",
+    "worker/operators/windowed.py",
 )
 SPAN_MS = 3_600_000  # event times spread over one hour
 JITTER_MS = 5_000

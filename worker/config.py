@@ -108,7 +108,7 @@ class Settings(BaseModel):
     )
     restore_batch_records: int = Field(10000, alias="restore.batch.records", ge=1, le=1_000_000)
     # Kafka Streams' name and default: a windowed store's changelog keeps records this much
-    # longer than the store's retention (worker.kafka.topics.changelog_config).
+    # longer than the store's retention (worker.processing.internal_topics.changelog_config).
     windowstore_changelog_additional_retention_ms: int = Field(
         24 * 3600 * 1000, alias="windowstore.changelog.additional.retention.ms", ge=0
     )

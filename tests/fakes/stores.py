@@ -1,4 +1,4 @@
-"""An in-memory stand-in for a store's byte-level interface (``worker.processing.store_views.RawStore``).
+"""An in-memory stand-in for a store's byte-level interface (``worker.state.contracts.RawKeyValueStore``).
 
 For tests of processing logic where RocksDB adds nothing (the example app over many
 records). Writes are visible at once; there is no buffer, cache, commit or offset.
@@ -26,7 +26,7 @@ class DictReadPath:
 
 
 class DictStore:
-    """``RawStore`` over a dict: ``get``/``put``/``delete`` of bytes keys and values.
+    """``RawKeyValueStore`` over a dict: ``get``/``put``/``delete`` of bytes keys and values.
 
     ``data`` is changed in place, never replaced: the read path is bound to it.
     """

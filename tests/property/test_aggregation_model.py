@@ -16,45 +16,22 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.aggregating import Running
+from tests.support.aggregating import Running, listing
 from tests.support.window_models import (
     closed_windows,
     fixed_model,
     session_model,
     sliding_model,
 )
-from worker.processing.topology import BuiltTopology, Topology
-from worker.processing.windows import SessionWindows, Windows, hopping, session, sliding
-from worker.serde import JSON, STR
-from worker.windowed_serde import Windowed, WindowedSerde
+from worker.processing.topology import BuiltTopology
+from worker.processing.windows import hopping, session, sliding
+from worker.windowed_serde import Windowed
 
 records = st.lists(
     # on a coarse grid, so that records land on window bounds and close times
     st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 40).map(lambda t: t * 1000)),
     max_size=30,
 )
-
-
-def build(windows: Windows, emit: str) -> BuiltTopology:
-    """Aggregates are the sorted lists of the timestamps of the window's records."""
-    merger = (lambda key, a, b: sorted(a + b)) if isinstance(windows, SessionWindows) else None
-    return (
-        Topology()
-        .add_source("in", "input", STR, JSON)
-        .add_windowed_aggregation(
-            "agg",
-            ["in"],
-            windows,
-            initializer=list,
-            aggregator=lambda key, ts, seen: sorted([*seen, ts]),
-            merger=merger,
-            emit=emit,
-            key_serde=STR,
-            value_serde=JSON,
-        )
-        .add_sink("out", "out", ["agg"], WindowedSerde(STR), JSON)
-        .build()
-    )
 
 
 def run(
@@ -102,11 +79,11 @@ def test_fixed_windows_match_the_model(
     windows = hopping(shape[0], shape[1], grace_ms=grace)
     updates, contents, late, stream_time = fixed_model(windows, recs)
 
-    outputs, counted = run(build(windows, "update"), recs, restart_at)
+    outputs, counted = run(listing(windows, "update"), recs, restart_at)
     assert outputs == updates
     assert counted == late
 
-    outputs, counted = run(build(windows, "final"), recs, restart_at)
+    outputs, counted = run(listing(windows, "final"), recs, restart_at)
     check_final(outputs, contents, stream_time, lambda w: w.end_ms - 1 + grace)
     assert [w.start_ms for w, _v in outputs] == sorted(w.start_ms for w, _v in outputs)
     assert counted == late
@@ -125,11 +102,11 @@ def test_sessions_match_the_model(
     windows = session(gap, grace_ms=grace)
     updates, contents, late, stream_time = session_model(windows, recs)
 
-    outputs, counted = run(build(windows, "update"), recs, restart_at)
+    outputs, counted = run(listing(windows, "update"), recs, restart_at)
     assert outputs == updates
     assert counted == late
 
-    outputs, counted = run(build(windows, "final"), recs, restart_at)
+    outputs, counted = run(listing(windows, "final"), recs, restart_at)
     check_final(outputs, contents, stream_time, lambda w: w.end_ms + gap + grace)
     assert counted == late
 
@@ -151,7 +128,7 @@ def test_sliding_final_results_match_the_model(
     windows = sliding(difference, grace_ms=grace)
     contents, late, stream_time = sliding_model(windows, recs)
 
-    outputs, counted = run(build(windows, "final"), recs, restart_at)
+    outputs, counted = run(listing(windows, "final"), recs, restart_at)
 
     check_final(outputs, contents, stream_time, lambda w: w.end_ms + grace)
     assert counted == late

@@ -16,7 +16,8 @@ from worker.clock import FakeClock
 from worker.observability import Metrics
 from worker.processing.graph import TaskGraph
 from worker.processing.punctuators import Punctuation, TaskPunctuators
-from worker.processing.topology import BuiltTopology
+from worker.processing.topology import BuiltTopology, Topology
+from worker.processing.windows import SessionWindows, Windows
 from worker.serde import JSON, STR, Serde
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store
@@ -117,3 +118,27 @@ class Running:
         self.punctuators.stop()
         for store in self.stores.values():
             store.close()
+
+
+def listing(windows: Windows, emit: str) -> BuiltTopology:
+    """An aggregation ``agg`` over ``windows`` whose aggregates are the sorted lists of
+    the timestamps of the window's records (the reference models' aggregates,
+    tests/support/window_models.py), feeding a sink ``out``."""
+    merger = (lambda key, a, b: sorted(a + b)) if isinstance(windows, SessionWindows) else None
+    return (
+        Topology()
+        .add_source("in", "input", STR, JSON)
+        .add_windowed_aggregation(
+            "agg",
+            ["in"],
+            windows,
+            initializer=list,
+            aggregator=lambda key, ts, seen: sorted([*seen, ts]),
+            merger=merger,
+            emit=emit,
+            key_serde=STR,
+            value_serde=JSON,
+        )
+        .add_sink("out", "out", ["agg"], WindowedSerde(STR), JSON)
+        .build()
+    )

@@ -47,9 +47,9 @@ from worker.processing.topology import StoreSpec, Subtopology
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
 from worker.serde import SerdeError
+from worker.state.contracts import StoredWindow
 from worker.state.scan import check_limit
 from worker.state.store import StoreClosedError
-from worker.state.window_store import StoredWindow
 from worker.state.window_stores import FixedWindowStore, SessionStore
 
 PARAMETERS = {

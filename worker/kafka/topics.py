@@ -1,7 +1,9 @@
-"""The topics a topology needs: source topics checked, changelogs created, co-partitioning verified.
+"""The topics a topology needs, as the broker has them: the plan applied at start-up, then watched.
 
-Runs once at start-up, before the worker joins the group, so a missing or mis-sized
-topic is a clear error instead of a task that never makes progress.
+:func:`prepare_topics` runs once at start-up, before the worker joins the group, so a
+missing or mis-sized topic is a clear error instead of a task that never makes progress.
+What the topology needs is decided by ``worker.processing.internal_topics`` (pure); this
+module only looks the topics up, creates what the plan allows and reports mismatches.
 """
 
 from __future__ import annotations
@@ -10,32 +12,23 @@ from dataclasses import dataclass
 
 from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.admin import Admin, TopicSpec
-from worker.processing.topology import BuiltTopology, StoreSpec
+from worker.processing.internal_topics import (
+    WINDOW_CHANGELOG_MARGIN_MS,
+    InternalTopic,
+    TopicPlan,
+    TopicRole,
+    dlq_topic,
+    plan_internal_topics,
+)
+from worker.processing.topology import BuiltTopology
 
-CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
-# Kafka Streams' windowstore.changelog.additional.retention.ms: a windowed changelog keeps
-# records this much longer than the store does ("clock drift").
-WINDOW_CHANGELOG_MARGIN_MS = 24 * 3600 * 1000
-# Set explicitly: some brokers describe back only the configs given at creation.
-DLQ_CONFIG = {"cleanup.policy": "delete"}
-
-
-def changelog_config(
-    spec: StoreSpec, margin_ms: int = WINDOW_CHANGELOG_MARGIN_MS
-) -> dict[str, str]:
-    """The configs a store's changelog is created with. A windowed store's is
-    ``compact,delete`` with ``retention.ms`` = the store's retention + ``margin_ms``: its
-    expiry writes no tombstones, so the broker drops old windows by time (both set
-    explicitly: some brokers describe back only the configs given at creation)."""
-    if spec.windows is None:
-        return CHANGELOG_CONFIG
-    retention = spec.windows.retention_ms + margin_ms
-    return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
-
-
-def dlq_topic(application_id: str) -> str:
-    """The dead-letter topic of an application: records the exception handlers skipped."""
-    return f"{application_id}-dlq"
+# How a missing or mis-sized topic is named in errors, by role.
+_KIND = {
+    TopicRole.CHANGELOG: "changelog",
+    TopicRole.TABLE: "table topic",
+    TopicRole.DEAD_LETTER: "dead-letter topic",
+    TopicRole.REPARTITION: "repartition topic",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,81 +47,91 @@ def prepare_topics(
     window_margin_ms: int = WINDOW_CHANGELOG_MARGIN_MS,
     metadata_timeout: float = 10.0,
 ) -> TopicLayout:
-    """Check sources and sinks, create missing changelogs; return tasks per sub-topology.
+    """Check sources and sinks, apply the internal-topic plan; return tasks per sub-topology.
 
-    With ``dead_letter`` (an exception handler is set to ``dead_letter``) the dead-letter
-    topic must exist too, and is created like the changelogs when missing and allowed,
-    with as many partitions as the largest sub-topology has tasks. Changelogs are created
-    with :func:`changelog_config` (``window_margin_ms``: its margin). Raises
-    KafkaUnavailable when the topics' metadata does not come within ``metadata_timeout``
-    seconds (the caller may retry: nothing was created yet).
+    1. one metadata request for the sources, the sinks and every internal topic;
+    2. a missing source or sink is an error;
+    3. :func:`~worker.processing.internal_topics.plan_internal_topics` over the sources'
+       counts (``dead_letter``: an exception handler is set to ``dead_letter``;
+       ``window_margin_ms``: the windowed changelogs' retention margin);
+    4. :func:`apply_plan`: the co-partitioned topics (changelogs) checked and the missing
+       ones created in one request, then the dead-letter topic if missing.
 
+    Raises KafkaUnavailable when the topics' metadata does not come within
+    ``metadata_timeout`` seconds (the caller may retry: nothing was created yet).
     Raises TopologyError naming the topic when a source or sink is missing, when the
     sources of one sub-topology are not co-partitioned, when an existing changelog has
     a different partition count than its sub-topology, or when an internal topic is
     missing and ``internal.topics.create`` is false.
     """
     sources = {t for st in topology.subtopologies for t in st.source_topics}
-    changelogs = {
-        topic: st.id
-        for st in topology.subtopologies
-        for spec in st.stores
-        if not spec.is_table
-        for topic in [spec.changelog(application_id)]
+    internal = {
+        t
+        for topics in topology.changelog_topics_by_subtopology(application_id).values()
+        for t in topics
     }
-    configs = {
-        spec.changelog(application_id): changelog_config(spec, window_margin_ms)
-        for st in topology.subtopologies
-        for spec in st.stores
-    }
-    dlq = {dlq_topic(application_id)} if dead_letter else set()
-    wanted = sources | topology.sink_topics() | set(changelogs) | dlq
-    counts = admin.partition_counts(wanted, timeout=metadata_timeout)
-    missing = sorted(t for t in sources | topology.sink_topics() if t not in counts)
+    if dead_letter:
+        internal.add(dlq_topic(application_id))
+    externals = sources | topology.sink_topics()
+    counts = admin.partition_counts(externals | internal, timeout=metadata_timeout)
+    missing = sorted(t for t in externals if t not in counts)
     if missing:
         raise TopologyError(f"topics do not exist: {', '.join(missing)} (create them first)")
-    layout: dict[int, int] = {}
-    for st in topology.subtopologies:
-        sizes = {topic: counts[topic] for topic in st.source_topics}
-        if len(set(sizes.values())) != 1:
-            detail = ", ".join(f"{t}={n}" for t, n in sorted(sizes.items()))
-            raise TopologyError(
-                f"sub-topology {st.id} reads topics that are not co-partitioned: {detail}"
-            )
-        layout[st.id] = next(iter(sizes.values()))
-    _ensure_changelogs(admin, changelogs, configs, counts, layout, create_internal)
-    for topic in dlq - set(counts):
-        if not create_internal:
-            raise TopologyError(
-                f"dead-letter topic {topic} does not exist and internal.topics.create is false"
-            )
-        admin.create_topics([TopicSpec(topic, max(layout.values()), DLQ_CONFIG)])
-    return TopicLayout(layout)
+    plan = plan_internal_topics(
+        topology,
+        application_id,
+        {t: counts[t] for t in sources},
+        dead_letter=dead_letter,
+        window_margin_ms=window_margin_ms,
+    )
+    apply_plan(admin, plan, counts, create_internal)
+    return TopicLayout(dict(plan.tasks))
 
 
-def _ensure_changelogs(
-    admin: Admin,
-    changelogs: dict[str, int],
-    configs: dict[str, dict[str, str]],
-    counts: dict[str, int],
-    layout: dict[int, int],
-    create_internal: bool,
+def apply_plan(
+    admin: Admin, plan: TopicPlan, counts: dict[str, int], create_internal: bool
 ) -> None:
+    """Create the plan's missing topics and check the existing ones against it.
+
+    ``counts``: the partition counts of the topics that exist. The co-partitioned topics
+    are checked first and created together (sorted by name); the others (the dead-letter
+    topic) after them. A table's topic is a source, checked before the plan is made.
+
+    Raises TopologyError naming the first topic that exists with another partition count
+    than planned (co-partitioned ones only), or that is missing when ``create_internal``
+    is false.
+    """
+    created = [t for t in plan.topics if t.created_here]
+    admin.create_topics(_missing([t for t in created if t.co_partitioned], counts, create_internal))
+    others = _missing([t for t in created if not t.co_partitioned], counts, create_internal)
+    if others:
+        admin.create_topics(others)
+
+
+def _missing(topics: list[InternalTopic], counts: dict[str, int], create: bool) -> list[TopicSpec]:
+    """The specs of ``topics`` to create, after checking those that exist."""
     to_create: list[TopicSpec] = []
-    for topic, st_id in sorted(changelogs.items()):
-        want = layout[st_id]
-        if topic in counts:
-            if counts[topic] != want:
-                raise TopologyError(
-                    f"changelog {topic} has {counts[topic]} partitions, expected {want}"
-                )
-        elif not create_internal:
+    for topic in topics:
+        _check(topic, counts, create, to_create)
+    return to_create
+
+
+def _check(
+    topic: InternalTopic, counts: dict[str, int], create: bool, to_create: list[TopicSpec]
+) -> None:
+    kind = _KIND[topic.role]
+    if topic.name in counts:
+        if topic.co_partitioned and counts[topic.name] != topic.partitions:
             raise TopologyError(
-                f"changelog {topic} does not exist and internal.topics.create is false"
+                f"{kind} {topic.name} has {counts[topic.name]} partitions,"
+                f" expected {topic.partitions}"
             )
-        else:
-            to_create.append(TopicSpec(topic, want, configs[topic]))
-    admin.create_topics(to_create)
+    elif not create:
+        raise TopologyError(
+            f"{kind} {topic.name} does not exist and internal.topics.create is false"
+        )
+    else:
+        to_create.append(TopicSpec(topic.name, topic.partitions, dict(topic.config)))
 
 
 class TopicWatch:

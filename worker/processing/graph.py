@@ -24,7 +24,7 @@ from worker.errors import TopologyError
 from worker.processing.context import Node, ProcessorContext, Record, RecordSink
 from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.join_windows import JoinBufferView, JoinWindows
-from worker.processing.store_views import KeyValueStore, RawStore
+from worker.processing.store_views import KeyValueStore
 from worker.processing.timestamps import (
     NEGATIVE,
     InvalidTimestamp,
@@ -33,17 +33,23 @@ from worker.processing.timestamps import (
     record_time,
 )
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
-from worker.processing.ttl_views import TtlKeyValueStore, TtlRawStore
+from worker.processing.ttl_views import TtlKeyValueStore
 from worker.processing.versioned_views import VersionedKeyValueStore, versioned_view
 from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
+from worker.state.contracts import (
+    RawKeyValueStore,
+    RawSessionStore,
+    RawTtlStore,
+    RawWindowStore,
+)
 
 Runner = Callable[[Record], None]
 
 
 def window_view(
-    spec: StoreSpec, raw: RawStore, context: ProcessorContext
+    spec: StoreSpec, raw: RawKeyValueStore, context: ProcessorContext
 ) -> WindowStoreView | SessionStoreView | JoinBufferView:
     """What processors get for a windowed store: its writes happen at the current
     record's timestamp, read from ``context`` at each write."""
@@ -51,12 +57,14 @@ def window_view(
     def timestamp() -> int:
         return context.timestamp
 
-    windowed: Any = raw  # a state.window_stores store: the task opened it from the spec
     if isinstance(spec.windows, JoinWindows):
-        return JoinBufferView(spec.name, windowed)
+        return JoinBufferView(spec.name, cast(Any, raw))  # the task opened a JoinBufferStore
+    # the task opened the store from the spec: a SessionStore or a FixedWindowStore
     if isinstance(spec.windows, SessionWindows | SlidingWindows):
-        return SessionStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
-    return WindowStoreView(spec.name, windowed, spec.key_serde, spec.value_serde, timestamp)
+        sessions = cast(RawSessionStore, raw)
+        return SessionStoreView(spec.name, sessions, spec.key_serde, spec.value_serde, timestamp)
+    windows = cast(RawWindowStore, raw)
+    return WindowStoreView(spec.name, windows, spec.key_serde, spec.value_serde, timestamp)
 
 
 class TaskGraph:
@@ -73,7 +81,7 @@ class TaskGraph:
         self,
         subtopology: Subtopology,
         task_id: str,
-        stores: Mapping[str, RawStore],
+        stores: Mapping[str, RawKeyValueStore],
         sink: RecordSink,
         errors: RecordErrorHandler | None = None,
         extractor: TimestampExtractor | None = None,
@@ -106,7 +114,7 @@ class TaskGraph:
         }
 
     def _view(
-        self, spec: StoreSpec, raw: RawStore
+        self, spec: StoreSpec, raw: RawKeyValueStore
     ) -> (
         KeyValueStore | WindowStoreView | SessionStoreView | VersionedKeyValueStore | JoinBufferView
     ):
@@ -116,7 +124,7 @@ class TaskGraph:
             return versioned_view(spec, raw, self.context)
         if spec.ttl_ms is None:
             return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
-        timed = cast(TtlRawStore, raw)  # the task opens a TtlStore for a spec with a TTL
+        timed = cast(RawTtlStore, raw)  # the task opens a TtlStore for a spec with a TTL
         return TtlKeyValueStore(spec.name, timed, spec.key_serde, spec.value_serde, self.context)
 
     def runner(self, topic: str) -> Runner:

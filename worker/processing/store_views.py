@@ -1,71 +1,21 @@
 """Stores as processors see them: Python keys and values through the store's serdes.
 
-A view wraps the byte-level store of its task (:class:`RawStore`, which
-``worker.state.store.Store`` satisfies) and runs on the processing thread only. This
+A view wraps the byte-level store of its task (the contract
+``worker.state.contracts.RawKeyValueStore``, which ``worker.state.store.Store`` satisfies) and runs on the processing thread only. This
 module is on the per-record path of every store access (issues 8 and 14): see
 :class:`KeyValueStore` for what is inlined there and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from worker.errors import TopologyError
-from worker.processing.view_scans import RawScan, ViewScan, prefix_bytes
+from worker.processing.view_scans import ViewScan, prefix_bytes
 from worker.serde import Codec, Serde, SerdeError
-
-Lookup = Callable[[bytes, object], object]
+from worker.state.contracts import RawKeyValueStore
 
 _MISSING = object()
-
-
-class ReadPath(Protocol):
-    """A store's read as three calls a view makes inline: ``buffered(key, default)`` and
-    ``cached(key, default)`` return ``default`` when the key is not there (``None`` there
-    is an answer: absent), then ``miss(key)`` reads the store itself.
-
-    Valid for the store's whole life (``worker.state.read_path.ReadPath`` states how the
-    store keeps it so); a view takes its three calls once, when it is built.
-    """
-
-    @property
-    def buffered(self) -> Lookup: ...
-
-    @property
-    def cached(self) -> Lookup: ...
-
-    @property
-    def miss(self) -> Callable[[bytes], bytes | None]: ...
-
-
-class RawStore(Protocol):
-    """The byte-level store a view wraps (worker.state.store.Store satisfies it)."""
-
-    def get(self, key: bytes) -> bytes | None: ...
-
-    def read_path(self) -> ReadPath:
-        """:meth:`get` as a :class:`ReadPath`: the same object for the store's life."""
-        ...
-
-    def put(self, key: bytes, value: bytes) -> None: ...
-
-    def delete(self, key: bytes) -> None: ...
-
-    def scan(
-        self,
-        lo: bytes | None = None,
-        hi: bytes | None = None,
-        *,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> RawScan:
-        """``[lo, hi)`` in key order, uncommitted writes included (``Store.scan``)."""
-        ...
-
-    def scan_prefix(
-        self, prefix: bytes, *, reverse: bool = False, limit: int | None = None
-    ) -> RawScan: ...
 
 
 class KeyValueStore:
@@ -78,7 +28,7 @@ class KeyValueStore:
     ``get`` and ``put`` run every store access of every record, and a Python call per
     access was a measurable part of the per-record cost (issues 8 and 14), so they inline
     the common case: the C function for a value other than None, the store's
-    :class:`ReadPath`. Anything else (a None key, a C function that raised or gave None)
+    :class:`~worker.state.contracts.ReadPath`. Anything else (a None key, a C function that raised or gave None)
     goes to ``_raw_key`` or the codec, so the rule itself is written once;
     tests/property/test_store_views.py holds both paths to what the serdes say.
     """
@@ -100,7 +50,12 @@ class KeyValueStore:
     )
 
     def __init__(
-        self, name: str, raw: RawStore, key_serde: Serde, value_serde: Serde, read_only: bool
+        self,
+        name: str,
+        raw: RawKeyValueStore,
+        key_serde: Serde,
+        value_serde: Serde,
+        read_only: bool,
     ) -> None:
         self.name = name
         self._read_only = read_only

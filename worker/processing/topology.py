@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
-from worker.processing.aggregations import WindowedAggregation
+from worker.operators import windowed_aggregation
 from worker.processing.components import Components
 from worker.processing.join_windows import JoinWindows
 from worker.processing.windows import (
@@ -341,7 +341,7 @@ class Topology:
             TopologyError: a bad emit mode, a function that is not callable, a merger
                 missing for sessions or given for other windows, a taken name.
         """
-        operator = WindowedAggregation(
+        operator = windowed_aggregation(
             name, windows, initializer, aggregator, merger, emit, key_serde, value_serde
         )
         self._check_parents(name, parents)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from worker.processing.store_views import KeyValueStore, RawStore
-from worker.processing.view_scans import RawScan
+from worker.processing.store_views import KeyValueStore
 from worker.serde import Serde
+from worker.state.contracts import RawScan, RawTtlStore
 
 
 class TaskClock(Protocol):
@@ -29,36 +29,12 @@ class TaskClock(Protocol):
     def stream_time(self) -> int: ...
 
 
-class TtlRawStore(RawStore, Protocol):
-    """What a TTL view needs of its store (``TtlStore`` has it)."""
-
-    def get_at(self, key: bytes, now_ms: int) -> bytes | None: ...
-
-    def put_at(self, key: bytes, value: bytes, write_ms: int) -> None: ...
-
-    def remove(self, key: bytes) -> None: ...
-
-    def scan_at(
-        self,
-        lo: bytes | None,
-        hi: bytes | None,
-        now_ms: int,
-        *,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> RawScan: ...
-
-    def scan_prefix_at(
-        self, prefix: bytes, now_ms: int, *, reverse: bool = False, limit: int | None = None
-    ) -> RawScan: ...
-
-
 class _ScansAt:
-    """The store's scans at the clock's stream time, shaped as ``RawStore.scan``."""
+    """The store's scans at the clock's stream time, shaped as ``RawKeyValueStore.scan``."""
 
     __slots__ = ("_store", "_clock")
 
-    def __init__(self, store: TtlRawStore, clock: TaskClock) -> None:
+    def __init__(self, store: RawTtlStore, clock: TaskClock) -> None:
         self._store = store
         self._clock = clock
 
@@ -89,7 +65,7 @@ class TtlKeyValueStore(KeyValueStore):
     def __init__(
         self,
         name: str,
-        raw: TtlRawStore,
+        raw: RawTtlStore,
         key_serde: Serde,
         value_serde: Serde,
         clock: TaskClock,

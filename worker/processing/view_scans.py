@@ -11,21 +11,12 @@ key starting with ``acct-`` (``"acct-1"``, ``"acct-22"``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from worker.closing import Closing
 from worker.serde import Codec, SerdeError
-
-
-class RawScan(Protocol):
-    """A store's scan: ``(key, value)`` bytes in key order, closed by ``close`` or ``with``."""
-
-    def __iter__(self) -> Iterator[tuple[bytes, bytes]]: ...
-
-    def __next__(self) -> tuple[bytes, bytes]: ...
-
-    def close(self) -> None: ...
+from worker.state.contracts import RawScan
 
 
 class ViewScan(Closing):

@@ -9,68 +9,17 @@ task's own uncommitted writes and never return an expired window. Times of ``fet
 reads are inclusive at both ends; ``from_ms > to_ms`` raises ``ScanRangeError``.
 
 The byte-level stores are ``worker/state/window_stores.py``; this module only encodes and
-decodes (processing sits below state in the layer map, hence the protocols).
+decodes, through the contracts of ``worker/state/contracts.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from worker.errors import TopologyError
 from worker.serde import Codec, Serde, SerdeError
-
-
-class StoredWindow(Protocol):
-    """One window as the byte-level store returns it (``window_store.StoredWindow``)."""
-
-    @property
-    def key(self) -> bytes: ...
-    @property
-    def start_ms(self) -> int: ...
-    @property
-    def end_ms(self) -> int: ...
-    @property
-    def max_ts_ms(self) -> int: ...
-    @property
-    def value(self) -> bytes: ...
-
-
-class RawWindowStore(Protocol):
-    """``worker.state.window_stores.FixedWindowStore`` as a view uses it."""
-
-    @property
-    def observed_ms(self) -> int: ...
-
-    def put_window(
-        self, key: bytes, start_ms: int, value: bytes | None, timestamp_ms: int
-    ) -> bool: ...
-
-    def get_window(self, key: bytes, start_ms: int) -> StoredWindow | None: ...
-
-    def fetch_windows(self, key: bytes, from_ms: int, to_ms: int) -> Iterable[StoredWindow]: ...
-
-    def fetch_all_windows(self, from_ms: int, to_ms: int) -> Iterator[StoredWindow]: ...
-
-
-class RawSessionStore(Protocol):
-    """``worker.state.window_stores.SessionStore`` as a view uses it."""
-
-    @property
-    def observed_ms(self) -> int: ...
-
-    def put_session(
-        self, key: bytes, start_ms: int, end_ms: int, value: bytes, timestamp_ms: int
-    ) -> bool: ...
-
-    def remove_session(self, key: bytes, start_ms: int, end_ms: int) -> None: ...
-
-    def find_sessions(
-        self, key: bytes, earliest_end_ms: int, latest_start_ms: int
-    ) -> Iterable[StoredWindow]: ...
-
-    def fetch_all_sessions(self, end_from_ms: int, end_to_ms: int) -> Iterator[StoredWindow]: ...
-
+from worker.state.contracts import RawSessionStore, RawWindowStore
 
 _Raw = TypeVar("_Raw", RawWindowStore, RawSessionStore)
 

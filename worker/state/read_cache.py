@@ -8,13 +8,13 @@ read-cache budget that its store is given (``RocksDBEnv.read_cache_share``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final, Protocol
+
+from worker.state.contracts import Lookup
 
 # What one entry costs beyond its key and value: two bytes objects' headers and a dict slot.
 ENTRY_BYTES = 112
-
-Lookup = Callable[[bytes, object], object]
 
 
 class CacheBudget(Protocol):
@@ -42,7 +42,7 @@ class ReadCache:
 
     ``lookup`` is the entries' ``dict.get`` (``lookup(key, default)``), bound once: the
     dict is never replaced, only changed in place, so a caller may keep ``lookup`` for
-    the cache's whole life (``worker.state.read_path.ReadPath`` does). Owner thread only.
+    the cache's whole life (``worker.state.contracts.ReadPath`` does). Owner thread only.
     """
 
     __slots__ = ("_entries", "_bytes", "_budget", "lookup")

@@ -10,7 +10,7 @@ buffer and the new changelog offsets in ONE ``WriteBatch`` with one ``db.write``
 and offsets can never disagree, whatever instant the process dies at (atomic
 checkpointing, KIP-1035 style). Reads go through the buffer, then the read cache
 (``read_cache.py``), then RocksDB; :meth:`Store.read_path` hands that path out as a
-:class:`~worker.state.read_path.ReadPath`.
+:class:`~worker.state.contracts.ReadPath`.
 
 Thread-safety: one owner thread (the task's) calls everything, with one exception:
 :meth:`Store.get_committed` may be called from any thread (interactive queries on the HTTP
@@ -31,9 +31,9 @@ from typing import Final, Protocol, Self, cast
 import rocksdict
 
 from worker.observability import get_logger
+from worker.state.contracts import ReadPath
 from worker.state.memtables import Flushable, remove_scratch
 from worker.state.read_cache import ReadCache
-from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import (
     StoreClosedError,

@@ -25,10 +25,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.closing import Closing
 from worker.state import ttl
+from worker.state.contracts import RawTtlStore
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.scan import (
     KeyRange,
@@ -304,3 +305,7 @@ class IndexingBatch:
 
     def is_empty(self) -> bool:
         return self.writes.is_empty()
+
+
+if TYPE_CHECKING:  # mypy holds the store to the contract its view uses
+    _TTL: type[RawTtlStore] = TtlStore

@@ -41,9 +41,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol, Self, cast
+from typing import Protocol, Self, cast
 
 from worker.clock import MAX_TIME_MS
+from worker.state.contracts import WindowEvents
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.rocksdb_errors import rocksdb_errors
 from worker.state.scan import KeyRange, Scan, ScanRangeError, check_limit
@@ -104,20 +105,6 @@ def check_times(from_ms: int, to_ms: int) -> None:
         raise ScanRangeError(f"window time from {from_ms} is after to {to_ms}")
 
 
-class WindowEvents(Protocol):
-    """Where a windowed store reports what it drops (the task's metrics)."""
-
-    def expiry_range(self) -> None: ...
-
-    def expired_write(self) -> None: ...
-
-    def restore_skipped(self, records: int) -> None: ...
-
-    def late_record(self) -> None:
-        """The store's windowed aggregation dropped a record as late."""
-        ...
-
-
 class _NoEvents:
     def expiry_range(self) -> None:
         return None
@@ -135,17 +122,6 @@ class _NoEvents:
 def _later(emitted: int | None, other: int | None) -> int | None:
     """The later of two emit progresses, None (no emit-final marker) counting as none."""
     return emitted if other is None else max(emitted or 0, other)
-
-
-class StoredWindow(NamedTuple):
-    """One window as the store holds it: the key's bytes, its bounds, the largest record
-    time written to it (``max_ts_ms``: its output's timestamp) and its value's bytes."""
-
-    key: bytes
-    start_ms: int
-    end_ms: int
-    max_ts_ms: int
-    value: bytes
 
 
 class _RangeBatch(RestoreBatch, Protocol):

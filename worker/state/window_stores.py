@@ -19,8 +19,10 @@ committed data under the store's close lock, from any thread, and raise
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from worker.clock import MAX_TIME_MS
+from worker.state.contracts import RawSessionStore, RawWindowStore, StoredWindow
 from worker.state.store import RestoreBatch
 from worker.state.ttl import RESERVED_PREFIX
 from worker.state.window_format import (
@@ -35,7 +37,7 @@ from worker.state.window_format import (
     segment_span,
     segmented_key,
 )
-from worker.state.window_store import StoredWindow, WindowedStore, check_times
+from worker.state.window_store import WindowedStore, check_times
 
 __all__ = ["FixedWindowStore", "SessionStore", "StoredWindow"]
 
@@ -325,3 +327,8 @@ class SessionStore(WindowedStore):
                             if len(found) == limit:
                                 return observed, found
             return observed, found
+
+
+if TYPE_CHECKING:  # mypy holds the stores to the contracts the processing layer uses
+    _FIXED: type[RawWindowStore] = FixedWindowStore
+    _SESSIONS: type[RawSessionStore] = SessionStore

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, NoReturn, Protocol
 
-from worker.state.read_cache import Lookup
+from worker.state.contracts import Lookup
 from worker.state.rocksdb_errors import StoreClosedError
 
 _ABSENT = object()  # a key not in the buffer (None there means a buffered delete)
@@ -46,7 +46,7 @@ class WriteBuffer:
 
     ``lookup`` is the entries' ``dict.get`` (``lookup(key, default)``), bound once: the
     dict is never replaced, only changed in place, so a caller may keep ``lookup`` for
-    the buffer's whole life (``worker.state.read_path.ReadPath`` does). Owner thread only.
+    the buffer's whole life (``worker.state.contracts.ReadPath`` does). Owner thread only.
     """
 
     __slots__ = (

@@ -9,8 +9,9 @@ import pytest
 
 from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.admin import TopicSpec
-from worker.kafka.topics import DLQ_CONFIG, TopicWatch, dlq_topic, prepare_topics
+from worker.kafka.topics import TopicWatch, prepare_topics
 from worker.processing import Topology
+from worker.processing.internal_topics import DLQ_CONFIG, dlq_topic
 from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 

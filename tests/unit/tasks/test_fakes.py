@@ -22,7 +22,7 @@ from tests.fakes import (
 from worker.kafka.collector import RecordCollector
 from worker.kafka.consumers import DataConsumer, FetchedBatch, RestoreConsumer
 from worker.processing.context import RecordSink
-from worker.processing.store_views import RawStore
+from worker.state.contracts import RawKeyValueStore
 from worker.tasks.commit_protocols import GroupOffsets
 
 PAIRS = [
@@ -30,7 +30,7 @@ PAIRS = [
     (DataConsumer, FakeDataConsumer),
     (RestoreConsumer, FakeRestoreConsumer),
     (GroupOffsets, FakeGroupOffsets),
-    (RawStore, DictStore),
+    (RawKeyValueStore, DictStore),
     (RecordSink, FakeCollector),
 ]
 

@@ -1,4 +1,4 @@
-"""A store's read path and read cache: the contract the typed store views rely on."""
+"""A store's read path (worker.state.contracts.ReadPath) and read cache: what the views rely on."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from worker.state.contracts import ReadPath
 from worker.state.read_cache import ENTRY_BYTES, ReadCache
-from worker.state.read_path import ReadPath
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store, StoreClosedError
 
