@@ -39,6 +39,7 @@ from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
 from worker.state.contracts import (
+    RawJoinBuffer,
     RawKeyValueStore,
     RawSessionStore,
     RawTtlStore,
@@ -58,7 +59,7 @@ def window_view(
         return context.timestamp
 
     if isinstance(spec.windows, JoinWindows):
-        return JoinBufferView(spec.name, cast(Any, raw))  # the task opened a JoinBufferStore
+        return JoinBufferView(spec.name, cast(RawJoinBuffer, raw))  # a JoinBufferStore
     # the task opened the store from the spec: a SessionStore or a FixedWindowStore
     if isinstance(spec.windows, SessionWindows | SlidingWindows):
         sessions = cast(RawSessionStore, raw)

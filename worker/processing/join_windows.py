@@ -10,11 +10,10 @@ carries join windows is a join buffer (``worker/state/join_buffer.py``) retainin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from worker.processing.windows import InvalidWindow
+from worker.state.contracts import RawJoinBuffer
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,39 +43,6 @@ class JoinWindows:
     @property
     def kind(self) -> str:
         return "join"
-
-
-class BufferedRecord(Protocol):
-    """One record as the buffer returns it (``join_buffer.Buffered``)."""
-
-    @property
-    def ts_ms(self) -> int: ...
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def value(self) -> bytes: ...
-
-
-class LateRecords(Protocol):
-    """Where a buffer's store reports records its join dropped (the task's metrics)."""
-
-    def late_record(self) -> None: ...
-
-
-class RawJoinBuffer(Protocol):
-    """``worker.state.join_buffer.JoinBufferStore`` as the view uses it."""
-
-    @property
-    def observed_ms(self) -> int: ...
-
-    def append(self, key: bytes, ts_ms: int, value: bytes) -> int | None: ...
-
-    def fetch(self, key: bytes, from_ms: int, to_ms: int) -> Sequence[BufferedRecord]: ...
-
-    @property
-    def events(self) -> LateRecords: ...
 
 
 class JoinBufferView:

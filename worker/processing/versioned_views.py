@@ -4,49 +4,17 @@
 gives a :class:`VersionedKeyValueStore`: ``put`` and ``delete`` write a version at the
 current record's timestamp (or the one given), ``get`` reads the newest value and
 ``get_as_of`` the value valid at a time, as Kafka Streams' ``VersionedKeyValueStore``
-(KIP-889). The byte-level store is ``worker/state/versioned_store.py``; processing sits
-below state in the layer map, hence the protocol.
+(KIP-889). The byte-level store is ``worker/state/versioned_store.py``, seen through its
+contract (``worker.state.contracts.RawVersionedStore``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from worker.serde import Codec, Serde, SerdeError
-
-
-class StoredVersion(Protocol):
-    """One version as the byte-level store returns it (``versioned_store.Version``)."""
-
-    @property
-    def value(self) -> bytes: ...
-
-    @property
-    def valid_from_ms(self) -> int: ...
-
-
-class PutOutcome(Protocol):
-    """``versioned_store.Put``: its ``value`` is latest, history or rejected."""
-
-    @property
-    def value(self) -> str: ...
-
-
-class RawVersionedStore(Protocol):
-    """``worker.state.versioned_store.VersionedStore`` as a view uses it."""
-
-    @property
-    def observed_ms(self) -> int: ...
-
-    @property
-    def history_ms(self) -> int: ...
-
-    def put_version(self, key: bytes, value: bytes | None, ts_ms: int) -> PutOutcome: ...
-
-    def get_latest(self, key: bytes) -> StoredVersion | None: ...
-
-    def get_as_of(self, key: bytes, as_of_ms: int) -> StoredVersion | None: ...
+from worker.state.contracts import RawVersionedStore
 
 
 class VersionedValue(NamedTuple):
@@ -95,7 +63,7 @@ class VersionedKeyValueStore:
         (default: the current record's)."""
         data = None if value is None else self._values.encode(value)
         at = self._now() if timestamp is None else timestamp
-        return self._raw.put_version(self._key(key), data, at).value
+        return str(self._raw.put_version(self._key(key), data, at))
 
     def delete(self, key: Any, timestamp: int | None = None) -> str:
         """A tombstone version of ``key`` from ``timestamp`` (default: the record's)."""
@@ -154,5 +122,5 @@ def versioned_view(spec: _Spec, raw: object, clock: _Clock) -> VersionedKeyValue
     def now() -> int:
         return clock.timestamp
 
-    store: Any = raw  # a state.versioned_store store: the task opened it from the spec
+    store = cast(RawVersionedStore, raw)  # the task opened a VersionedStore from the spec
     return VersionedKeyValueStore(spec.name, store, spec.key_serde, spec.value_serde, now)

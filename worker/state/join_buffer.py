@@ -21,8 +21,9 @@ Owner thread only, as :class:`WindowedStore`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
+from worker.state.contracts import Buffered, RawJoinBuffer
 from worker.state.store import RestoreBatch
 from worker.state.window_format import (
     decode_meta,
@@ -35,14 +36,6 @@ from worker.state.window_format import (
 from worker.state.window_store import WindowedStore, check_times
 
 NEXT_SEQ = meta_key("next_seq")
-
-
-class Buffered(NamedTuple):
-    """One buffered record: its time, its number in the store, its value's bytes."""
-
-    ts_ms: int
-    seq: int
-    value: bytes
 
 
 class JoinBufferStore(WindowedStore):
@@ -120,3 +113,7 @@ class JoinBufferStore(WindowedStore):
         changelog carried."""
         super().write_restored(batch, offsets, stream_time)
         self._next_seq = max(self._next_seq, decode_meta(self.get(NEXT_SEQ), 0))
+
+
+if TYPE_CHECKING:  # mypy holds the store to the contract the processing layer uses
+    _BUFFER: type[RawJoinBuffer] = JoinBufferStore

@@ -29,30 +29,24 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple, Self, cast
+from typing import TYPE_CHECKING, Self, cast
 
 from worker.clock import MAX_TIME_MS
 from worker.state import versioned_format as fmt
+from worker.state.contracts import RawVersionedStore, Version
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.scan import KeyRange, prefix_upper_bound, successor
 from worker.state.store import RestoreBatch, Store
 from worker.state.window_format import decode_meta, encode_meta
 
 
-class Put(enum.Enum):
+class Put(enum.StrEnum):
     """What a write did: became the key's newest version, an older one, or nothing
     (``REJECTED``: older than the history allows)."""
 
     LATEST = "latest"
     HISTORY = "history"
     REJECTED = "rejected"
-
-
-class Version(NamedTuple):
-    """A value and the time it became valid (its write's timestamp)."""
-
-    value: bytes
-    valid_from_ms: int
 
 
 def check_history(history_ms: object) -> int:
@@ -241,3 +235,7 @@ class VersionedStore(Store):
         """:meth:`Store.write_restored`, then the observed time the changelog carried."""
         super().write_restored(batch, offsets, stream_time)
         self._load_observed()
+
+
+if TYPE_CHECKING:  # mypy holds the store to the contract the processing layer uses
+    _VERSIONED: type[RawVersionedStore] = VersionedStore

@@ -39,10 +39,11 @@ from typing import Any
 from worker.clock import MAX_TIME_MS
 from worker.operators.joins.kinds import Joiner, Kind, check_join
 from worker.processing.context import ProcessorContext
-from worker.processing.join_windows import BufferedRecord, JoinBufferView, JoinWindows
+from worker.processing.join_windows import JoinBufferView, JoinWindows
 from worker.processing.store_views import KeyValueStore
 from worker.processing.topology import Topology
 from worker.serde import BYTES, Codec, Serde, SerdeError
+from worker.state.contracts import Buffered
 
 LEFT, RIGHT = 0, 1
 _PARKED_KEY = struct.Struct(">QBQ")  # close time, side, sequence number
@@ -145,7 +146,7 @@ class StreamStreamJoin:
     def _close(self, side: int, ts: int) -> int:
         return min(ts + self._lookahead[side] + self.windows.grace_ms, MAX_TIME_MS)
 
-    def _unpark(self, parked: KeyValueStore, side: int, match: BufferedRecord) -> None:
+    def _unpark(self, parked: KeyValueStore, side: int, match: Buffered) -> None:
         entry = _PARKED_KEY.pack(self._close(side, match.ts_ms), side, match.seq)
         if parked.get(entry) is not None:
             parked.delete(entry)
