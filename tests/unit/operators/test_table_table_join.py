@@ -10,7 +10,6 @@ import pytest
 
 from tests.support.joining import Joining
 from worker.operators.joins.table_table import Kind, add_table_table_join, result_parents
-from worker.operators.joins.tables import add_materialized_table, materialized_node
 from worker.processing.topology import Topology
 from worker.serde import JSON, STR
 
@@ -56,29 +55,5 @@ def test_the_documented_sequence_gives_the_documented_results(tmp_path: Path, ki
         for ts, side, value in INPUT:
             join.feed(f"{side}t", "k", value, ts)
         assert [(ts, value) for _key, value, ts in join.outputs("out")] == EXPECTED[kind]
-    finally:
-        join.close()
-
-
-def test_a_derived_table_materialized_for_a_join_joins_on_its_rows(tmp_path: Path) -> None:
-    def upper(ctx: Any, key: Any, value: Any) -> None:
-        ctx.forward(key, None if value is None else value.upper())
-
-    t = Topology().add_source("ls", "lt", STR, JSON).add_table("R", "rt", STR, JSON)
-    t.add_processor("upper", upper, ["ls"])
-    add_materialized_table(t, "L", "upper", key_serde=STR, value_serde=JSON)
-    add_table_table_join(
-        t, "J", (materialized_node("L"), "L"), ("R", "R"), lambda a, b: [a, b], key_serde=STR,
-        value_serde=JSON,
-    )  # fmt: skip
-    join = Joining(t.add_sink("out", "out", result_parents("J"), STR, JSON).build(), tmp_path)
-    try:
-        join.feed("lt", "k", "a", 1)
-        join.feed("rt", "k", "b", 2)
-        join.feed("lt", "k", None, 3)
-        assert [(ts, value) for _key, value, ts in join.outputs("out")] == [
-            (2, ["A", "b"]),
-            (3, None),
-        ]
     finally:
         join.close()

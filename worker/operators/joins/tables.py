@@ -62,35 +62,3 @@ def add_versioned_table(
     topology.add_source(source, topic, key_serde, value_serde)
     topology.add_versioned_store(name, history_ms, key_serde=key_serde, value_serde=value_serde)
     return topology.add_processor(table_node(name), write, [source], [name])
-
-
-def add_materialized_table(
-    topology: Topology,
-    name: str,
-    parent: str,
-    *,
-    key_serde: Serde = BYTES,
-    value_serde: Serde = BYTES,
-) -> Topology:
-    """A table computed as it flows (a ``filter`` or ``map_values`` of another) kept in a
-    key-value store ``name`` (its own changelog), for a join that must look rows up: the
-    processor :func:`materialized_node` writes each change of node ``parent`` (None
-    deletes the row) and forwards it on.
-
-    Raises:
-        TopologyError: a taken name, an unknown parent.
-    """
-
-    def write(ctx: ProcessorContext, key: Any, value: Any) -> None:
-        if key is None:
-            return
-        ctx.store(name).put(key, value)  # None deletes
-        ctx.forward(key, value)
-
-    topology.add_store(name, key_serde, value_serde)
-    return topology.add_processor(materialized_node(name), write, [parent], [name])
-
-
-def materialized_node(name: str) -> str:
-    """The processor that keeps materialized table ``name`` and forwards its changes."""
-    return f"{name}-materialize"
