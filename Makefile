@@ -15,15 +15,21 @@ TEST_WORKERS ?= 6
 UNIT_WORKERS ?= 2
 # e.g. make demo DEMO_ARGS='--duration 20 --rate 1000'
 DEMO_ARGS ?=
+# make demo DEMO_BROKER=kafka: the same demo on Apache Kafka (default: the embedded broker)
+DEMO_BROKER ?= embedded
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit demo bench lint docker constraints clean
+.PHONY: help install kafka test test-cluster test-unit demo bench lint docker constraints clean
 
 help:
 	@echo "make install    create $(VENV) and install worker with its dev extra"
-	@echo "make test       the whole suite: unit, property, integration, faults (~5 min, $(TEST_WORKERS) in parallel)"
+	@echo "make kafka      fetch the pinned Apache Kafka broker's jars once (Maven Central; needs java, mvn)"
+	@echo "make test       the whole suite: unit, property, integration, faults, on the embedded broker"
+	@echo "                and on Apache Kafka (~20 min, $(TEST_WORKERS) in parallel; WORKER_TEST_BROKER=kafka: all on Kafka)"
+	@echo "make test-cluster  a Kafka broker of a 3-node cluster killed under exactly-once (~2.5 min)"
 	@echo "make test-unit  the fast subset (no broker, < 1 min)"
 	@echo "make demo       local broker + sample data + two workers for about a minute"
+	@echo "                (DEMO_BROKER=kafka: on Apache Kafka)"
 	@echo "make bench      run the benchmarks"
 	@echo "make lint       ruff check, ruff format --check, mypy"
 	@echo "make docker     build the $(IMAGE) image (dependencies pinned by constraints.txt)"
@@ -40,18 +46,29 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
+# The pinned Apache Kafka (worker/dev/kafka-broker/pom.xml) into .cache/kafka/ (or
+# $$WORKER_KAFKA_CACHE): fetched once with a completion stamp, offline afterwards.
+kafka: install
+	$(BIN)/python -m worker.dev.kafka_install
+
 # loadgroup (tests/support/scheduling.py supplies it): a test at a time to whichever xdist
 # worker has room, the longest first (--no-loadscope-reorder keeps that order), a module
 # that must stay together whole on one worker.
-test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) tests
+test: install kafka
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m 'not cluster' $(PYTEST_ARGS) tests
+
+# Three Kafka JVMs and two workers take both cores for ~2 minutes: alone, after `make test`
+# (.ci/run), so that they never share the machine with the suite's own brokers.
+test-cluster: install kafka
+	$(BIN)/python -m pytest -q -m cluster $(PYTEST_ARGS) tests/faults
 
 # CPU-bound: one xdist worker per core (2 here) took it from ~50 s to ~34 s.
 test-unit: install
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m 'not integration and not faults' $(PYTEST_ARGS) tests/unit tests/property
 
 demo: install
-	$(BIN)/worker dev demo $(DEMO_ARGS)
+	$(if $(filter kafka,$(DEMO_BROKER)),@$(MAKE) --no-print-directory kafka)
+	$(BIN)/worker dev demo $(if $(filter kafka,$(DEMO_BROKER)),--kafka) $(DEMO_ARGS)
 
 bench:
 	@test -d benchmarks || { echo "no benchmarks/ directory in this checkout: nothing to run" >&2; exit 1; }
@@ -74,4 +91,5 @@ constraints: install
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo
+	@echo "(the Apache Kafka jars in .cache/kafka stay; rm -rf .cache to fetch them again)"
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,4 +1,4 @@
-"""Shared fixtures: one embedded broker per test session, started by the tests themselves.
+"""Shared fixtures: the brokers (tests/support/brokers.py), started by the tests themselves.
 
 Under ``pytest -n N`` (``make test``) each xdist worker is its own session, so it starts
 its own broker on its own port (see tests/support/ports.py) and stops it by PID at the
@@ -8,16 +8,16 @@ a test's own broker, so nothing is shared between workers but the machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support.ports import PortRegistry, run_directory
-from worker.dev.broker import EmbeddedBroker
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.scheduling"]
+pytest_plugins = [
+    "tests.support.brokers",
+    "tests.support.fixtures",
+    "tests.support.scheduling",
+]
 
 # Six test processes share two cores under `make test`: how fast hypothesis generates
 # inputs then says nothing about the code under test (a planner test once generated 8
@@ -32,24 +32,3 @@ settings.load_profile("shared_machine")
 @pytest.fixture(scope="session")
 def ports(tmp_path_factory: pytest.TempPathFactory) -> PortRegistry:
     return PortRegistry(run_directory(tmp_path_factory) / "ports")
-
-
-@pytest.fixture(scope="session")
-def broker(
-    tmp_path_factory: pytest.TempPathFactory, ports: PortRegistry
-) -> Iterator[EmbeddedBroker]:
-    log = Path(tmp_path_factory.mktemp("broker")) / "broker.log"
-    with EmbeddedBroker(port=ports.take(), log_path=log) as running:
-        yield running
-
-
-@pytest.fixture(scope="session")
-def bootstrap(broker: EmbeddedBroker) -> str:
-    return broker.bootstrap
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path, ports: PortRegistry) -> Iterator[EmbeddedBroker]:
-    """A broker for this test alone: for tests that use fixed topic names (the example app)."""
-    with EmbeddedBroker(port=ports.take(), log_path=tmp_path / "own-broker.log") as running:
-        yield running

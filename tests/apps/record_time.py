@@ -43,3 +43,18 @@ def build() -> Topology:
         .add_processor("copy", _copy, parents=["in"], stores=[STORE])
         .add_sink("out", os.environ[OUTPUT_ENV], parents=["copy"], key_serde=STR, value_serde=STR)
     )
+
+
+def build_stateless() -> Topology:
+    """The same copy without a store: a task with no changelog of its own, whose stream
+    time only the committed offsets' metadata carries to a new owner."""
+    return (
+        Topology()
+        .add_source("in", os.environ[INPUT_ENV], key_serde=STR, value_serde=STR)
+        .add_processor("copy", _forward, parents=["in"])
+        .add_sink("out", os.environ[OUTPUT_ENV], parents=["copy"], key_serde=STR, value_serde=STR)
+    )
+
+
+def _forward(ctx: ProcessorContext, key: Any, value: Any) -> None:
+    ctx.forward(key, f"{value}|{ctx.stream_time}")

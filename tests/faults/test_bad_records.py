@@ -20,7 +20,7 @@ from tests.support.waiting import wait_until
 from worker.events import RECORD_SKIPPED
 from worker.examples import counting
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 2
 APP = "tests.apps.poison:build"

@@ -21,17 +21,19 @@ import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.brokers import KAFKA, Broker
 from tests.support.ports import PortRegistry
 from tests.support.proxy import TcpProxy
 from tests.support.transaction_log import read_committed_topic
 from tests.support.waiting import wait_until
 from worker.config import load
 from worker.dev.broker import EmbeddedBroker
+from worker.dev.kafka_broker import KafkaBroker
 from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 4
 KEYS = [f"k{i:02d}" for i in range(20)]
@@ -42,7 +44,7 @@ APP = "worker.examples.counting:build"
 class Proxied:
     """A broker of this test's own whose only way in is ``proxy``."""
 
-    def __init__(self, broker: EmbeddedBroker, proxy: TcpProxy) -> None:
+    def __init__(self, broker: Broker, proxy: TcpProxy) -> None:
         self.broker = broker
         self.proxy = proxy
         self.bootstrap = proxy.address
@@ -67,14 +69,26 @@ class Proxied:
 
 
 @pytest.fixture
-def proxied(tmp_path: Path, ports: PortRegistry) -> Iterator[Proxied]:
+def proxied(tmp_path: Path, ports: PortRegistry, broker_kind: str) -> Iterator[Proxied]:
     broker_port = ports.take()
     # The proxy listens on the same port again after each cut: a registry port, so no
     # other test of the run can take it in between.
     with TcpProxy("127.0.0.1", broker_port, port=ports.take()) as proxy:
-        broker = EmbeddedBroker(
-            port=broker_port, log_path=tmp_path / "broker.log", advertised_port=proxy.port
-        )
+        broker: Broker
+        if broker_kind == KAFKA:
+            # Its own connections (transaction markers) go around the proxy, as a broker's
+            # inter-broker listener would around a client-side network fault.
+            broker = KafkaBroker(
+                port=broker_port,
+                take_port=ports.take,
+                data_dir=tmp_path / "kafka",
+                log_path=tmp_path / "broker.log",
+                advertised_port=proxy.port,
+            )
+        else:
+            broker = EmbeddedBroker(
+                port=broker_port, log_path=tmp_path / "broker.log", advertised_port=proxy.port
+            )
         with broker:
             yield Proxied(broker, proxy)
 

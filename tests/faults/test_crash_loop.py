@@ -28,7 +28,7 @@ from worker.serde import JSON, STR
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 4
 KEYS = [f"k{i:03d}" for i in range(40)]

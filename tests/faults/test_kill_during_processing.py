@@ -14,7 +14,7 @@ from worker.examples import payments as app
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 
 def _assert_stores_match_their_offsets(state_dir, application_id, bootstrap):

@@ -10,7 +10,7 @@ from worker.examples import counting
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 2
 RECORDS = 600_000

@@ -29,7 +29,7 @@ from worker.kafka.loader import produce_records
 from worker.partitioner import partition_for
 from worker.serde import JSON, STR
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 4
 KEYS = [f"key-{i:06d}" for i in range(16_000)]

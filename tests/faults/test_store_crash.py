@@ -28,7 +28,7 @@ import pytest
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 
 SEED = int(os.environ.get("WORKER_FAULT_SEED", "20240611"))
 ROUNDS = 8

@@ -13,7 +13,7 @@ from worker.config import Settings
 from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.changelog_tail import ChangelogTailReader
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 
 def test_the_tail_reader_returns_each_partitions_last_records_in_order(bootstrap: str) -> None:

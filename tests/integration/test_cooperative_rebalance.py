@@ -41,7 +41,7 @@ from worker.dev.stalls import max_gap
 from worker.examples import counting
 from worker.processing import timestamps
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 PARTITIONS = 6
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]

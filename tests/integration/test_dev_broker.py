@@ -32,8 +32,21 @@ def alive(pid: int) -> bool:
 def test_a_signal_to_the_dev_broker_command_stops_its_broker_child(
     ports: PortRegistry, signum: int
 ) -> None:
+    _signal_stops_the_broker_child(ports, signum, [])
+
+
+@pytest.mark.duration(20)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=str)
+def test_a_signal_to_the_dev_broker_command_stops_its_kafka_broker(
+    ports: PortRegistry, signum: int
+) -> None:
+    _signal_stops_the_broker_child(ports, signum, ["--kafka"])
+
+
+def _signal_stops_the_broker_child(ports: PortRegistry, signum: int, args: list[str]) -> None:
+    """Start ``worker dev broker`` (with ``args``), send ``signum``, see its child exit."""
     command = subprocess.Popen(
-        [sys.executable, "-m", "worker", "dev", "broker", "--port", str(ports.take())],
+        [sys.executable, "-m", "worker", "dev", "broker", "--port", str(ports.take()), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -52,7 +65,7 @@ def test_a_signal_to_the_dev_broker_command_stops_its_broker_child(
         command.send_signal(signum)
 
         expected = -signal.SIGKILL if signum == signal.SIGKILL else 0  # SIGKILL: no stop
-        assert command.wait(timeout=30) == expected
+        assert command.wait(timeout=60) == expected
         wait_until(
             lambda: not alive(child), 15, 0.05, f"broker pid {child} to exit with the command"
         )

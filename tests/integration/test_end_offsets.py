@@ -13,7 +13,7 @@ from worker.config import Settings
 from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.consumers import WatermarkReader
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 
 def test_end_offsets_requested_without_waiting_come_back_once_ready(bootstrap: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 from tests.integration.example_app import example_data
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 EOS = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200}
 

@@ -45,7 +45,7 @@ from worker.dev.stalls import longest_stalls, stalled_share
 from worker.examples import counting
 from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 COMMIT_INTERVAL = int(SETTINGS["commit.interval.ms"]) / 1000
 VISIBLE_STALL = COMMIT_INTERVAL + 1.0  # s: the longest a staying task's output may hide

@@ -30,7 +30,7 @@ from worker.kafka.loader import produce_records
 from worker.serde import STR
 from worker.state.checkpoint import read_checkpoint
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 SHUTDOWN_TIMEOUT_MS = 15000
 REPO = Path(__file__).resolve().parents[2]

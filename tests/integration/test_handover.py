@@ -39,7 +39,7 @@ from tests.integration.test_cooperative_rebalance import (
 from tests.support.waiting import wait_until
 from worker.dev.processes import WorkerProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 
 def planned_since(worker: WorkerProcess, since_ms: int) -> bool:

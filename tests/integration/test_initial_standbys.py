@@ -13,7 +13,7 @@ from worker.dev.processes import WorkerProcess
 from worker.events import INITIAL_STANDBY_RECYCLED, MEMBERSHIP_STARTED, TASK_WIPED, WORKER_STARTING
 from worker.examples import payments as app
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 
 def changelog_records(data: ExampleData, application_id: str) -> int:

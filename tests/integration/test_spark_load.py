@@ -100,6 +100,7 @@ def test_account_profiles_are_the_mean_spread_and_count_of_each_accounts_history
     assert_matches_reference(as_bytes, history.reference_profiles(rows))
 
 
+@pytest.mark.brokers("kafka")  # a transaction per partition
 def test_a_load_writes_keys_values_and_deletes_exactly_as_the_worker_serialises_them(
     spark, bootstrap
 ):
@@ -178,6 +179,7 @@ def test_a_load_that_fails_its_checks_is_rejected_and_writes_nothing(spark, boot
     assert records_in(bootstrap, topic) == 0
 
 
+@pytest.mark.brokers("kafka")  # a transaction per partition
 def test_a_partition_whose_write_fails_commits_nothing_and_the_load_says_so(spark, bootstrap):
     settings = settings_for(bootstrap)
     topic = new_topic(settings)
@@ -276,6 +278,7 @@ def run_cli_load(bootstrap: str, inputs: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.brokers("kafka")  # a transaction per partition
 @pytest.mark.duration(39)
 def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_exactly(
     own_broker, worker_factory, tmp_path

@@ -12,7 +12,7 @@ from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
 from worker.dev.processes import WorkerProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
 

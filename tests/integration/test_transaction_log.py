@@ -11,15 +11,20 @@ import sys
 import uuid
 
 import confluent_kafka as ck
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.kafka_io import read_partition
 from tests.support.transaction_log import read_committed_partition, read_committed_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("tansu", "kafka")]
 
 # A producer that leaves its transaction open or aborts it, in its own process, so that
 # "killed mid-transaction" is a real process exit with records in the log.
 _TRANSACTION = r"""
 import os, sys
 import confluent_kafka as ck
+import pytest
 bootstrap, txn_id, topic, ending = sys.argv[1:]
 producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
 producer.init_transactions(30)
@@ -101,3 +106,18 @@ def test_records_come_back_in_offset_order_per_partition(bootstrap):
         offsets = [r.offset for p, r in records if p == partition]
         assert offsets == list(range(150))
     assert sorted(int(r.value or b"") for _, r in records) == list(range(300))
+
+
+def test_a_plain_read_committed_consumer_hides_an_aborted_transaction_on_kafka_only(
+    bootstrap, broker_kind
+):
+    """Why the helper exists: Kafka hides aborted records from read_committed readers
+    itself; the test broker serves them (docs/platform-notes.md)."""
+    topic = _topic(bootstrap)
+    txn_id = f"txlog-plain-{uuid.uuid4().hex[:6]}"
+    _leave_transaction(bootstrap, txn_id, topic, "abort")
+    _commit(bootstrap, txn_id, topic, [b"a"])
+    values = [value for _, _, value in read_partition(bootstrap, topic, 0)]
+    aborted = [b"uncommitted-%d" % i for i in range(5)]
+    assert values == ([b"a"] if broker_kind == "kafka" else [*aborted, b"a"])
+    assert _values(bootstrap, topic) == [b"a"]  # the helper agrees with Kafka on both

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from kafka.record.default_records import DefaultRecordBatch
@@ -40,13 +41,11 @@ class LogRecord:
     producer_id: int = -1  # the producer that wrote it (-1: no idempotent producer)
 
 
-def read_committed_partition(
-    bootstrap: str, topic: str, partition: int, timeout: float = 30.0
-) -> list[LogRecord]:
-    """Every committed record of the partition, in offset order (see the module doc)."""
+def _batches(
+    bootstrap: str, topic: str, partition: int, timeout: float
+) -> Iterator[DefaultRecordBatch]:
+    """Every record batch of the partition from its start to its high watermark."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    kept: list[LogRecord] = []
-    pending: dict[int, list[LogRecord]] = {}
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         offset, correlation = 0, 0
         while True:
@@ -54,32 +53,59 @@ def read_committed_partition(
             high_watermark, batches = _fetch(sock, correlation, topic, partition, offset)
             for batch in batches:
                 offset = max(offset, batch.base_offset + batch.last_offset_delta + 1)
-                if batch.is_control_batch:
-                    for marker in batch:
-                        records = pending.pop(batch.producer_id, [])
-                        if marker.commit:  # type: ignore[attr-defined]
-                            stamp = batch.max_timestamp
-                            kept.extend(replace(r, visible_at=stamp) for r in records)
-                    continue
-                records = [
-                    LogRecord(
-                        r.offset,
-                        r.timestamp,
-                        r.key,
-                        r.value,
-                        tuple(r.headers),
-                        r.timestamp,
-                        batch.producer_id,
-                    )
-                    for r in batch
-                ]
-                if batch.is_transactional:
-                    pending.setdefault(batch.producer_id, []).extend(records)
-                else:
-                    kept.extend(records)
+                yield batch
             if offset >= high_watermark or not batches:
                 break
+
+
+def read_committed_partition(
+    bootstrap: str, topic: str, partition: int, timeout: float = 30.0
+) -> list[LogRecord]:
+    """Every committed record of the partition, in offset order (see the module doc)."""
+    kept: list[LogRecord] = []
+    pending: dict[int, list[LogRecord]] = {}
+    for batch in _batches(bootstrap, topic, partition, timeout):
+        if batch.is_control_batch:
+            for marker in batch:
+                records = pending.pop(batch.producer_id, [])
+                if marker.commit:  # type: ignore[attr-defined]
+                    stamp = batch.max_timestamp
+                    kept.extend(replace(r, visible_at=stamp) for r in records)
+            continue
+        records = [
+            LogRecord(
+                r.offset,
+                r.timestamp,
+                r.key,
+                r.value,
+                tuple(r.headers),
+                r.timestamp,
+                batch.producer_id,
+            )
+            for r in batch
+        ]
+        if batch.is_transactional:
+            pending.setdefault(batch.producer_id, []).extend(records)
+        else:
+            kept.extend(records)
     return sorted(kept, key=lambda r: r.offset)
+
+
+def aborts(bootstrap: str, topic: str, partition: int, timeout: float = 30.0) -> dict[int, int]:
+    """Producer id -> the time (ms, the marker's timestamp) of its latest aborted
+    transaction that had written records to the partition."""
+    found: dict[int, int] = {}
+    wrote: set[int] = set()
+    for batch in _batches(bootstrap, topic, partition, timeout):
+        if not batch.is_control_batch:
+            if batch.is_transactional:
+                wrote.add(batch.producer_id)
+            continue
+        for marker in batch:
+            if not marker.commit and batch.producer_id in wrote:  # type: ignore[attr-defined]
+                found[batch.producer_id] = batch.max_timestamp
+            wrote.discard(batch.producer_id)
+    return found
 
 
 def read_committed_topic(

@@ -317,3 +317,33 @@ def test_client_buffers_below_their_minimum_are_refused() -> None:
         load(overrides={"input.buffer.max.bytes": str(MiB)}, environ={})
 
     assert caught.value.key == "input.buffer.max.bytes"
+
+
+def test_the_transaction_timeout_covers_a_commit_interval_and_a_commit_by_default() -> None:
+    derived = load(overrides={"commit.interval.ms": "250"}, environ={}).settings
+    default = load(environ={}).settings
+    chosen = load(overrides={"transaction.timeout.ms": "15000"}, environ={}).settings
+
+    assert derived.transaction_timeout_ms_effective == 250 + 10000
+    assert default.transaction_timeout_ms_effective == 30000 + 10000
+    assert chosen.transaction_timeout_ms_effective == 15000
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (
+            {"transaction.timeout.ms": "1000", "commit.interval.ms": "1000"},
+            "transaction.timeout.ms",
+        ),
+        ({"kafka.message.timeout.ms": "300000"}, "kafka.message.timeout.ms"),
+        ({"kafka.transaction.timeout.ms": "5000"}, "kafka.transaction.timeout.ms"),
+    ],
+)
+def test_a_transaction_timeout_shorter_than_a_transaction_is_refused_naming_the_key(
+    overrides: dict[str, str], key: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={"processing.guarantee": "exactly_once_v2", **overrides}, environ={})
+
+    assert caught.value.key == key

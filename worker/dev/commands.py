@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from worker.config import load, parse_assignments
-from worker.dev.broker import EmbeddedBroker
+from worker.dev.broker import BrokerProcess, EmbeddedBroker
+from worker.dev.kafka_broker import KafkaBroker
 from worker.errors import ConfigError, WorkerError
 
 
@@ -19,9 +20,20 @@ def dev() -> None:
 
 @dev.command()
 @click.option("--port", default=9092, show_default=True, help="Loopback port to listen on.")
-def broker(port: int) -> None:
-    """Run the embedded Kafka-compatible broker (in memory) in the foreground."""
-    running = EmbeddedBroker(port=port, die_with_parent=True)
+@click.option(
+    "--kafka",
+    is_flag=True,
+    help="Run Apache Kafka (KRaft, on disk in a temporary directory; needs java and, the "
+    "first time, mvn) instead of the embedded in-memory broker.",
+)
+def broker(port: int, kafka: bool) -> None:
+    """Run a broker on 127.0.0.1 in the foreground: the embedded Kafka-compatible one (in
+    memory), or Apache Kafka with --kafka. It stops with this command, even on SIGKILL."""
+    running: BrokerProcess = (
+        KafkaBroker(port=port, die_with_parent=True)
+        if kafka
+        else EmbeddedBroker(port=port, die_with_parent=True)
+    )
 
     def ready() -> None:
         click.echo(f"broker listening on {running.bootstrap} (pid {running.pid}); Ctrl-C to stop")
@@ -79,7 +91,13 @@ def sample_data(
     show_default=True,
     help="Logs and state of this run (emptied first).",
 )
-def demo(duration: float, rate: int, workdir: Path) -> None:
+@click.option(
+    "--kafka",
+    is_flag=True,
+    help="Run it on Apache Kafka (needs java and, the first time, mvn) instead of the "
+    "embedded broker.",
+)
+def demo(duration: float, rate: int, workdir: Path, kafka: bool) -> None:
     """Start a broker, load sample data, run workers over generated payments, summarise.
 
     Two workers start; a quarter of the way in one is killed (kill -9) and restarted over
@@ -90,7 +108,7 @@ def demo(duration: float, rate: int, workdir: Path) -> None:
     """
     from worker.dev import demo as demo_module
 
-    code = demo_module.run_demo(duration, rate, workdir)
+    code = demo_module.run_demo(duration, rate, workdir, kafka=kafka)
     sys.exit(code)
 
 

@@ -36,6 +36,7 @@ from worker.dev.changelog_watch import ChangelogWatch
 from worker.dev.demo_processes import (
     DemoBroker,
     DemoFailed,
+    DemoKafka,
     DemoWorker,
     Interrupted,
     StopSignals,
@@ -99,8 +100,9 @@ def event_clock(duration: float, rate: int) -> sample_data.EventClock:
     return sample_data.EventClock(int(time.time() * 1000) - span, step)
 
 
-def run_demo(duration: float, rate: int, workdir: Path) -> int:
-    """Run the whole demo; 0 when the output matches the reference and the workers stopped cleanly."""
+def run_demo(duration: float, rate: int, workdir: Path, kafka: bool = False) -> int:
+    """Run the whole demo; 0 when the output matches the reference and the workers stopped cleanly.
+    ``kafka``: on Apache Kafka instead of the embedded broker."""
     workdir = workdir.resolve()
     ours = any((workdir / name).exists() for name in (_MARKER, "broker.log"))
     if workdir.exists() and any(workdir.iterdir()) and not ours:
@@ -109,12 +111,12 @@ def run_demo(duration: float, rate: int, workdir: Path) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     (workdir / _MARKER).write_text("created by `worker dev demo`; emptied by the next run\n")
-    brokers: list[DemoBroker] = []
+    brokers: list[DemoBroker | DemoKafka] = []
     workers: list[DemoWorker] = []
     code = 1
     with StopSignals() as signals:
         try:
-            broker = start_broker(workdir, brokers)
+            broker = start_broker(workdir, brokers, kafka=kafka)
             code = _run(broker, workers, duration, rate, workdir, signals)
         except Interrupted as exc:
             signals.cleaning = True
@@ -141,7 +143,7 @@ def run_demo(duration: float, rate: int, workdir: Path) -> int:
 
 
 def _run(
-    broker: DemoBroker,
+    broker: DemoBroker | DemoKafka,
     workers: list[DemoWorker],
     duration: float,
     rate: int,

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from worker.dev.broker import EmbeddedBroker
+from worker.dev.kafka_broker import KafkaBroker
 from worker.dev.processes import WorkerProcess, WorkerProcessFailed, guarded
 from worker.errors import WorkerError
 
@@ -44,14 +45,30 @@ class DemoBroker(EmbeddedBroker):
         return self._proc is not None and self._proc.poll() is None
 
 
-def start_broker(workdir: Path, brokers: list[DemoBroker], attempts: int = 3) -> DemoBroker:
+class DemoKafka(KafkaBroker):
+    """Apache Kafka for ``make demo DEMO_BROKER=kafka``: its data in the demo's directory,
+    SIGKILLed with the demo (``die_with_parent``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(
+            log_path=workdir / "broker.log", data_dir=workdir / "kafka", die_with_parent=True
+        )
+
+    def alive(self) -> bool:
+        return all(node.exit_code() is None and node.pid is not None for node in self.nodes)
+
+
+def start_broker(
+    workdir: Path, brokers: list[DemoBroker | DemoKafka], attempts: int = 3, kafka: bool = False
+) -> DemoBroker | DemoKafka:
     """A broker on a port picked here; another port if that one was taken meanwhile.
 
     Each broker is appended to ``brokers`` before it starts, so clean-up always sees it.
+    ``kafka``: Apache Kafka instead of the embedded broker.
     """
     problem = ""
     for _ in range(attempts):
-        broker = DemoBroker(log_path=workdir / "broker.log")
+        broker = DemoKafka(workdir) if kafka else DemoBroker(log_path=workdir / "broker.log")
         brokers.append(broker)
         try:
             broker.start()

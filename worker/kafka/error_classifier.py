@@ -68,6 +68,30 @@ def kafka_error(exc: BaseException) -> ck.KafkaError | None:
     return error if isinstance(error, ck.KafkaError) else None
 
 
+def transaction_failure(exc: BaseException, what: str) -> TransactionAborted | None:
+    """What a transactional producer's ``poll`` or ``flush`` raising ``exc`` demands, or
+    None when ``exc`` is not the client's.
+
+    A fatal error (the producer fenced: the broker aborted its transaction at
+    ``transaction.timeout.ms`` and bumped its epoch) is raised by confluent-kafka 2.16 from
+    the call that served it. When a delivery report of the same call is served after it,
+    the report's callback runs with that exception pending, and the call raises
+    SystemError instead: chaining the KafkaException ("... returned a result with an
+    exception set"), or having lost it ("returned NULL without setting an exception").
+    Both were seen on Kafka 4.1 with a worker resumed from SIGSTOP past its transaction
+    timeout (tests/faults/test_zombie_on_kafka.py). A client whose call failed so cannot
+    be trusted with the transaction: ProducerFenced, so that it is replaced.
+    """
+    if isinstance(exc, ck.KafkaException):
+        return transaction_error(exc, what)
+    if not isinstance(exc, SystemError):
+        return None
+    for linked in (exc.__cause__, exc.__context__):
+        if isinstance(linked, ck.KafkaException):
+            return transaction_error(linked, what)
+    return ProducerFenced(f"{what}: the client failed while serving its callbacks: {exc}")
+
+
 def produce_error(error: ck.KafkaError | None, what: str) -> WorkerError:
     """A record was not acknowledged: reprocess since the last commit, unless the
     producer is dead for good (fatal)."""

@@ -75,6 +75,23 @@ def needs_rejoin(consumer: KafkaConsumer) -> bool:
     return bool(consumer._coordinator.need_rejoin())
 
 
+def knows_partitions(consumer: KafkaConsumer, topics: Iterable[str]) -> bool:
+    """Whether kafka-python's cluster metadata lists partitions for every topic; if not,
+    asks its IO thread for a metadata update (sent when it can; asking again is free).
+
+    The leader plans from this metadata (``assign(cluster, members)``). Right after the
+    consumer starts it can still be empty, and a join that completes first gives every
+    member nothing (kafka-python rejoins when the metadata arrives: a wasted round that
+    revokes every task). Seen on Apache Kafka, whose first join completes at once
+    (docs/platform-notes.md); the test broker held the join ~3 s, longer than the fetch.
+    """
+    cluster = consumer._client.cluster
+    missing = [topic for topic in topics if not cluster.partitions_for_topic(topic)]
+    if missing:
+        cluster.request_update()
+    return not missing
+
+
 def request_rejoin(consumer: KafkaConsumer) -> None:
     consumer._coordinator.request_rejoin()
 

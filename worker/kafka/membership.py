@@ -60,7 +60,7 @@ from kafka.future import Future
 
 from worker.assignment.model import Subscription
 from worker.assignment.task_id import TP, TaskId
-from worker.clock import Clock
+from worker.clock import Clock, SystemClock
 from worker.config import Settings
 from worker.errors import FatalError, RebalanceInProgress
 from worker.events import (
@@ -76,6 +76,9 @@ from worker.kafka.member_states import ALLOWED, Assigned, Lost, MembershipEvent,
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
+
+# How long a join waits for the source topics' metadata before it starts without it.
+METADATA_WAIT_S = 10.0
 
 
 class GroupMember:
@@ -114,6 +117,8 @@ class GroupMember:
             clock=clock,
         )
         self._log = get_logger(component="membership", group=settings.application_id)
+        self._clock = clock or SystemClock()
+        self._metadata_wait_since: float | None = None  # a join waiting for topic metadata
         self._consumer: KafkaConsumer | None = None
         self._fsm = StateMachine(
             "membership",
@@ -302,6 +307,8 @@ class GroupMember:
             or group_coordinator.needs_rejoin(consumer)
         ):
             return
+        if not self._metadata_known(consumer):
+            return
         reason = "leaving" if leave else "follow-up" if follow_up else self._rebalance_reason
         if reason is not None and reason not in ("follow-up", "leaving"):
             self._rebalance_requests += 1
@@ -323,6 +330,23 @@ class GroupMember:
         self._join = group_coordinator.start_join(consumer)
         self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
 
+    def _metadata_known(self, consumer: KafkaConsumer) -> bool:
+        """Whether a join may start: kafka-python knows every source topic's partitions
+        (:func:`group_coordinator.knows_partitions`), or it has been waited for
+        METADATA_WAIT_S (a topic deleted meanwhile: the leader then plans without it,
+        as before)."""
+        if group_coordinator.knows_partitions(consumer, self._topics):
+            self._metadata_wait_since = None
+            return True
+        now = self._clock.monotonic()
+        if self._metadata_wait_since is None:
+            self._metadata_wait_since = now
+        if now - self._metadata_wait_since < METADATA_WAIT_S:
+            return False
+        self._log.warning("membership.join_without_metadata", topics=self._topics)
+        self._metadata_wait_since = None
+        return True
+
     def handed_over(self) -> None:
         """The runtime released every revoked task in its changelog (worker/tasks/
         handover.py): their new owners hold them already, no follow-up round is needed.
@@ -336,20 +360,26 @@ class GroupMember:
         group_coordinator.cancel_follow_up(self._consumer)
         self._transition(MemberState.STABLE, reason="handed over in this round")
 
-    def begin_leaving(self) -> bool:
+    def begin_leaving(self, running: frozenset[TaskId] = frozenset()) -> bool:
         """Hand the actives over before leaving (module doc): a coming ``poll`` joins saying
         so; :attr:`departed` tells when that round came back. False (just leave) when it
         owns no active, holds no generation, leads a group of one, or a member of an older
-        version is in the group (it takes tasks over only in a follow-up round). Idempotent."""
+        version is in the group (it takes tasks over only in a follow-up round). Idempotent.
+
+        ``running``: the actives the runtime runs. They include tasks it took over on their
+        release since the last assignment (no round has given them to it yet, and none
+        needs to); those must be handed over too. Seen on Apache Kafka, where a worker
+        stopped right after such a take-over left without releasing them."""
         if self._leaving:
             return True
-        if not self._owned or self.commit_generation is None or self._consumer is None:
+        owned = self._owned | running
+        if not owned or self.commit_generation is None or self._consumer is None:
             return False
         alone = self.is_leader and self._assignor.planned_alone
         if alone or not self._assignor.group_reads_compact:
             return False
         self._leaving = True
-        self._log.info("membership.leaving", active=sorted(map(str, self._owned)))
+        self._log.info("membership.leaving", active=sorted(map(str, owned)))
         return True
 
     @property

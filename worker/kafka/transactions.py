@@ -34,7 +34,12 @@ from worker.errors import (
     WorkerError,
 )
 from worker.kafka.collector import Deliveries, RecordCollector, producer_config
-from worker.kafka.error_classifier import abort_can_be_retried, kafka_error, transaction_error
+from worker.kafka.error_classifier import (
+    abort_can_be_retried,
+    kafka_error,
+    transaction_error,
+    transaction_failure,
+)
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
 
@@ -146,7 +151,12 @@ class TransactionalProducer:
         deliveries: Deliveries,
         metrics: Metrics | None = None,
     ) -> None:
-        extra = {"transactional.id": transactional_id}
+        # Chosen on purpose (Settings.transaction_timeout_ms_effective): it bounds how long
+        # a worker that died mid-transaction holds its partitions' last stable offset.
+        extra: dict[str, Any] = {
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": settings.transaction_timeout_ms_effective,
+        }
         # librdkafka 2.16 re-bootstraps once every known broker has failed (a broker
         # outage with refused connections); a transactional producer that lived through
         # that blocked in send_offsets_to_transaction far past its timeout and never
@@ -157,6 +167,7 @@ class TransactionalProducer:
         self._config = producer_config(settings, deliveries, producers=1, extra=extra)
         self._deliveries = deliveries
         self._producer = ck.Producer(self._config)
+        self._dead: TransactionAborted | None = None  # a fatal error poll() met, not raised yet
         self._timeout = settings.commit_timeout_s
         self._fsm = StateMachine(
             "transaction",
@@ -176,9 +187,11 @@ class TransactionalProducer:
         """``Producer.produce`` inside the open transaction (opening one first).
 
         Raises TransactionAborted when no transaction can be opened, ProducerFenced when
-        the producer is dead; BufferError and the record's own errors as ``ck.Producer``
-        does, for the collector to handle.
+        the producer is dead (also when a ``poll`` found it so); BufferError and the
+        record's own errors as ``ck.Producer`` does, for the collector to handle.
         """
+        if self._dead is not None:
+            raise self._dead
         if self._fsm.state is not TxnState.IN_TRANSACTION:
             self._begin()
         try:
@@ -190,7 +203,16 @@ class TransactionalProducer:
             raise
 
     def poll(self, timeout: float) -> int:
-        return int(self._producer.poll(timeout))
+        """Serve delivery reports. A fatal error met here (the producer was fenced) is not
+        raised into the processing loop: it is kept and raised as ProducerFenced by the
+        next ``produce`` or ``commit``, whose callers abort and revive."""
+        try:
+            return int(self._producer.poll(timeout))
+        except (ck.KafkaException, SystemError) as exc:
+            self._dead = transaction_failure(exc, "poll")
+            if self._dead is None:
+                raise
+            return 0
 
     def flush(self, timeout: float) -> int:
         return int(self._producer.flush(timeout))
@@ -250,6 +272,10 @@ class TransactionalProducer:
         """
         if not offsets and self._fsm.state is not TxnState.IN_TRANSACTION:
             return
+        if self._dead is not None:
+            failure, self._dead = self._dead, None
+            self.abort(failure)
+            raise failure
         self._begin()
         try:
             self._deliveries.check(self._producer.flush(self._timeout), self._timeout)
@@ -267,10 +293,12 @@ class TransactionalProducer:
             moved = GenerationMoved(f"commit: {exc}")
             self.abort(moved)
             raise moved from exc
-        except ck.KafkaException as exc:
-            failure = transaction_error(exc, "commit")
-            self.abort(failure)
-            raise failure from exc
+        except (ck.KafkaException, SystemError) as exc:
+            client_failure = transaction_failure(exc, "commit")
+            if client_failure is None:
+                raise
+            self.abort(client_failure)
+            raise client_failure from exc
         except WorkerError as exc:  # a record was not acknowledged
             failure = TransactionAborted(f"commit: {exc}")
             self.abort(failure)
@@ -318,12 +346,13 @@ class TransactionalProducer:
         sends them later. Where it still can, the old producer aborts its own open
         transaction before it is replaced (see ``abort``), as librdkafka asks.
         """
-        with contextlib.suppress(ck.KafkaException, RuntimeError):
+        with contextlib.suppress(ck.KafkaException, RuntimeError, SystemError):
             self._producer.purge(in_queue=True, in_flight=True, blocking=False)
             self._producer.poll(0)
         self._deliveries.forget_failures()
         if self._fsm.state is not TxnState.UNINITIALISED:
             self._fsm.transition(TxnState.UNINITIALISED, f"producer replaced: {reason}")
+        self._dead = None
         self._producer = ck.Producer(self._config)
         with contextlib.suppress(TransactionAborted):
             self._init()  # the broker is away: the next transaction's _begin tries again

@@ -202,7 +202,7 @@ class Worker:
         (:meth:`GroupMember.begin_leaving`). Bounded by half of ``shutdown.timeout.ms``,
         the rest is for closing. Where the group cannot do that, the worker leaves at
         once and its tasks move in the round its LeaveGroup starts."""
-        if not rt.member.begin_leaving():
+        if not rt.member.begin_leaving(rt.parts.manager.tasks_by_role(TaskRole.ACTIVE)):
             return
         deadline = self.clock.monotonic() + self.settings.shutdown_timeout_ms / 2000.0
         while not rt.member.departed and self.clock.monotonic() < deadline:

@@ -86,6 +86,16 @@ def test_a_member_that_owns_nothing_leaves_at_once(member: Harness) -> None:
     assert len(member.fake.joins) == 1
 
 
+def test_a_member_running_tasks_it_took_over_on_their_release_hands_them_over_too(
+    member: Harness,
+) -> None:
+    _stable(member)  # no round has given it A yet: it took A over when A was released
+    member.owned = frozenset({A})
+    assert member.member.begin_leaving(frozenset({A}))
+    assert member.member.poll() == []
+    assert member.sent().leaving and member.sent().prev_active == {A}
+
+
 def test_a_member_in_a_group_of_an_older_version_leaves_at_once(member: Harness) -> None:
     member.member.poll()
     member.finish(_assignment(A, B), 1, version=JSON_VERSION)

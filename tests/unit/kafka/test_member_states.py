@@ -21,6 +21,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 from tests.support.waiting import wait_until
 from worker.assignment.model import ASSIGNMENT_VERSION, JSON_VERSION, Assignment, Subscription
 from worker.assignment.task_id import TaskId
+from worker.clock import FakeClock
 from worker.config import Settings
 from worker.errors import FatalError, RebalanceInProgress
 from worker.kafka import group_coordinator, membership
@@ -63,6 +64,7 @@ class FakeCoordinator:
         self.rejoin = False
         self.lost = False
         self.rejoins_requested = 0
+        self.metadata_known = True
         self.member: GroupMember | None = None
 
     def start_join(self, consumer: FakeConsumer) -> Future:
@@ -88,6 +90,9 @@ class FakeCoordinator:
 
     def keep_alive(self, consumer: FakeConsumer) -> None:
         pass
+
+    def knows_partitions(self, consumer: FakeConsumer, topics: list[str]) -> bool:
+        return self.metadata_known
 
     def needs_rejoin(self, consumer: FakeConsumer) -> bool:
         return self.rejoin
@@ -130,8 +135,9 @@ class Harness:
             self.snapshots.append(sub)
             return sub
 
+        self.clock = FakeClock()
         self.member = GroupMember(
-            Settings.model_validate({}), {0: ["in"]}, subscription, self.metrics
+            Settings.model_validate({}), {0: ["in"]}, subscription, self.metrics, clock=self.clock
         )
         self.consumer = FakeConsumer()
         self.member._consumer = self.consumer  # type: ignore[assignment]
@@ -178,6 +184,20 @@ def test_the_first_poll_starts_a_join_and_returns_at_once(harness: Harness) -> N
         assert harness.member.poll() == []
     assert len(harness.fake.joins) == 1
     assert len(harness.snapshots) == 1
+
+
+def test_a_join_waits_for_the_source_topics_metadata_then_for_at_most_a_while(
+    harness: Harness,
+) -> None:
+    harness.fake.metadata_known = False
+    assert harness.member.poll() == []
+    assert harness.member.state is MemberState.UNJOINED  # a leader would plan no task
+    harness.clock.advance(membership.METADATA_WAIT_S - 0.1)
+    harness.member.poll()
+    assert harness.member.state is MemberState.UNJOINED
+    harness.clock.advance(0.1)
+    harness.member.poll()
+    assert harness.member.state is MemberState.JOINING  # a topic may be gone: join anyway
 
 
 def test_a_join_answered_by_a_new_generation_is_syncing_then_stable(harness: Harness) -> None:

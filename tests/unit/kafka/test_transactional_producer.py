@@ -55,7 +55,7 @@ class FakeProducer:
         self.unacked += 1
 
     def flush(self, timeout: float) -> int:
-        self.calls.append("flush")
+        self._call("flush")
         return self.unacked
 
     def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
@@ -72,6 +72,9 @@ class FakeProducer:
         self.calls.append("purge")
 
     def poll(self, timeout: float) -> int:
+        pending = self.script.get("poll")
+        if pending:
+            raise pending.pop(0)
         return 0
 
 
@@ -188,3 +191,50 @@ def test_the_group_metadata_is_read_after_the_flush_and_none_aborts(output: Outp
         producer.commit({("in", 0): 1}, no_generation)
     assert "send_offsets_to_transaction" not in first.calls
     assert first.calls[-1] == "abort_transaction"
+
+
+def _fenced_in_a_callback(lost: bool = False) -> SystemError:
+    """What confluent-kafka 2.16 raises when a delivery report is served after the fatal
+    error of a fenced producer, the error chained or lost
+    (worker.kafka.error_classifier.transaction_failure)."""
+    if lost:
+        return SystemError("<method 'flush'> returned NULL without setting an exception")
+    fatal = ck.KafkaException(ck.KafkaError(ck.KafkaError._FENCED, "fenced", fatal=True))
+    failure = SystemError("<function Deliveries.on_sink> returned a result with an exception set")
+    failure.__cause__ = fatal
+    return failure
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["chained", "lost"])
+def test_a_commit_whose_flush_meets_the_producer_fenced_in_a_callback_replaces_it(
+    output: Output, lost: bool
+) -> None:
+    collector, producer = output
+    first = FakeProducer.made[-1]
+    collector.send("out", b"k", b"v")
+    first.script["flush"] = [_fenced_in_a_callback(lost)]
+
+    with pytest.raises(ProducerFenced):
+        producer.commit({("in", 0): 1}, lambda: b"meta")
+
+    assert len(FakeProducer.made) == 2, "a fenced producer is replaced at once"
+    assert producer.state is TxnState.READY
+
+
+def test_a_poll_that_finds_the_producer_fenced_fails_the_next_commit_not_the_loop(
+    output: Output,
+) -> None:
+    collector, producer = output
+    first = FakeProducer.made[-1]
+    collector.send("out", b"k", b"v")
+    first.script["poll"] = [_fenced_in_a_callback()]
+
+    collector.poll()  # the processing loop's poll: nothing raised here
+
+    with pytest.raises(ProducerFenced):
+        collector.send("out", b"k", b"v2")
+    with pytest.raises(ProducerFenced):
+        producer.commit({("in", 0): 1}, lambda: b"meta")
+    assert len(FakeProducer.made) == 2
+    producer.commit({("in", 0): 1}, lambda: b"meta")  # the new producer commits
+    assert producer.state is TxnState.READY

@@ -82,6 +82,10 @@ def test_exactly_once_writes_everything_through_one_transactional_producer() -> 
 
     (producer,) = Producer.made
     assert producer.config["transactional.id"] == "app-p-1"
+    assert (
+        producer.config["transaction.timeout.ms"]
+        == settings("exactly_once_v2").transaction_timeout_ms_effective
+    )
     assert [p[0] for p in producer.produced] == ["out", "log"]
     assert isinstance(guarantee.commit_protocol(Member()), ExactlyOnceCommit)
 
