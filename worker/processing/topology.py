@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
-from worker.operators import windowed_aggregation
 from worker.processing.components import Components
 from worker.processing.join_windows import JoinWindows
 from worker.processing.windows import (
@@ -341,6 +340,11 @@ class Topology:
             TopologyError: a bad emit mode, a function that is not callable, a merger
                 missing for sessions or given for other windows, a taken name.
         """
+        # Imported here: the operators import the processing package, whose __init__
+        # imports this module, so `import worker.operators` first (an app of joins) was a
+        # circular import at the module level.
+        from worker.operators import windowed_aggregation
+
         operator = windowed_aggregation(
             name, windows, initializer, aggregator, merger, emit, key_serde, value_serde
         )
