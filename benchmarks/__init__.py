@@ -26,4 +26,5 @@ BENCHMARK_NAMES = (
     "windowed_final",
     "windowed_retention",
     "windowed_restore",
+    "dsl_cost",
 )

@@ -24,6 +24,7 @@ from worker.config import (
     load,
     parse_assignments,
 )
+from worker.dsl import StreamsBuilder
 from worker.errors import ConfigError, TopologyError, WorkerError
 from worker.kafka.client_config import check_passthrough
 from worker.observability import configure_logging, get_logger
@@ -54,8 +55,10 @@ def _load_settings(
     return loaded
 
 
-def load_topology(spec: str) -> BuiltTopology:
-    """Import ``module:attr``; attr is a Topology or a callable returning one."""
+def load_topology(spec: str, application_id: str) -> BuiltTopology:
+    """Import ``module:attr``; attr is a Topology or a DSL ``StreamsBuilder``, or a
+    callable returning one. A builder is built here with ``application_id`` (it names the
+    repartition topics); a Topology the DSL built for another application id is refused."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError("--app", f"expected module:attr, got {spec!r}")
@@ -63,9 +66,22 @@ def load_topology(spec: str) -> BuiltTopology:
         target: Any = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ConfigError("--app", f"cannot load {spec}: {exc}") from exc
-    topology = target() if callable(target) and not isinstance(target, Topology) else target
+    topology = (
+        target()
+        if callable(target) and not isinstance(target, Topology | StreamsBuilder)
+        else target
+    )
+    if isinstance(topology, StreamsBuilder):
+        topology = topology.build(application_id)
     if not isinstance(topology, Topology):
-        raise ConfigError("--app", f"{spec} is not a Topology")
+        raise ConfigError("--app", f"{spec} is not a Topology or a StreamsBuilder")
+    built_for = getattr(topology, "application_id", None)
+    if built_for is not None and built_for != application_id:
+        raise ConfigError(
+            "--app",
+            f"{spec} was built for application.id {built_for!r}, the worker runs"
+            f" {application_id!r}: hand over the StreamsBuilder, or build it with that id",
+        )
     return topology.build()
 
 
@@ -102,7 +118,7 @@ def start(config: Path | None, sets: tuple[str, ...], state_dir: Path | None, ap
     """Run the worker until SIGTERM or SIGINT."""
     try:
         loaded = _load_settings(config, sets, state_dir)
-        topology = load_topology(app)
+        topology = load_topology(app, loaded.settings.application_id)
         # Imported now so a name that does not load exits 2; each task resolves it again
         # (from the module cache) when it builds its graph.
         timestamps.resolve(loaded.settings.timestamp_extractor)

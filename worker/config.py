@@ -98,6 +98,7 @@ class Settings(BaseModel):
     statestore_checkpoint_interval_ms: int = Field(
         300000, alias="statestore.checkpoint.interval.ms", ge=0
     )
+    repartition_purge_interval_ms: int = Field(30000, alias="repartition.purge.interval.ms", ge=0)
     # The memory budget (see memory_bound_bytes): RocksDB, the uncommitted write buffers,
     # librdkafka's prefetch queues and the producer's queue, each bounded by one setting.
     statestore_uncommitted_max_bytes: int = Field(

@@ -16,6 +16,11 @@ WORKER_SHUTDOWN_TIMEOUT = "worker.shutdown_timeout"
 # start-up waiting for the broker (runtime/broker_wait.py)
 BROKER_WAITING = "broker.waiting"  # a start-up step could not reach the broker; retried
 BROKER_WAITED = "broker.waited"  # the step succeeded after waiting
+# internal topics (kafka/repartition_topics.py): ones this topology no longer names (renames)
+TOPICS_INTERNAL_UNUSED = "topics.internal_unused"
+# repartition purging (kafka/repartition_purge.py): DeleteRecords refused by the broker
+REPARTITION_PURGE_UNSUPPORTED = "repartition.purge_unsupported"
+REPARTITION_PURGED = "repartition.purged"  # a DeleteRecords request succeeded
 
 # group membership (kafka/membership.py, kafka/task_assignor.py)
 MEMBERSHIP_STARTED = "membership.started"

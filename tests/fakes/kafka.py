@@ -20,45 +20,9 @@ from typing import Any
 from worker.assignment.task_id import TP
 from worker.kafka.consumers import FetchedBatch
 from worker.state.stream_time_marker import STREAM_TIME_KEY, stream_time_of
+from worker.testing.logs import LogRecord as FakeMessage
 
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
-
-
-@dataclass(frozen=True, slots=True)
-class FakeMessage:
-    """The part of ``confluent_kafka.Message`` the task manager and tasks read."""
-
-    _topic: str
-    _partition: int
-    _offset: int
-    _key: bytes | None
-    _value: bytes | None
-    _timestamp: int = 0
-    _headers: list[tuple[str, bytes]] | None = None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._timestamp)  # (TIMESTAMP_CREATE_TIME, ms)
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._headers
-
-    def error(self) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,9 +129,16 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
             "cold restore: windows in the stores against those inside retention before",
         ],
     ),
+    "dsl_cost": (
+        "The DSL's cost: a count per key against the Processor API, and a repartition hop",
+        [
+            "CPU per record, count per key",
+            "input records/s, count per key after a re-key",
+        ],
+    ),
 }
 # Benchmarks whose report has no plot (a table of sizes says it all).
-PLOTLESS = {"scale"}
+PLOTLESS = {"scale", "dsl_cost"}
 # Seconds each quick run takes alone, roughly: the longest start first (tests/support/scheduling.py).
 DURATIONS = {"availability": 150, "scale_out": 90, "spark_load": 90, "restart": 60}
 

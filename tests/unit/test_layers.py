@@ -30,7 +30,7 @@ def modules(package: str) -> list[Path]:
 
 PACKAGES = ("assignment", "dev", "examples", "http", "kafka", "operators", "processing")
 PACKAGES += ("runtime",)
-PACKAGES += ("spark", "state", "tasks", "tools")
+PACKAGES += ("spark", "state", "tasks", "tools", "dsl", "testing")
 # The top-level modules every layer may use; they import none of the packages.
 FOUNDATION = (
     "clock",
@@ -57,14 +57,22 @@ def above(*packages: str, commands: tuple[str, ...] = COMMANDS) -> tuple[str, ..
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{name: PACKAGES + ("cli",) for name in FOUNDATION},
     "assignment": above("kafka", "state", "tasks", "runtime", "http", "processing", "examples"),
-    "processing": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples"),
+    "processing": above(
+        "kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "dsl", "testing"
+    ),
     # the operators the topology builds: beside processing, which they use (never its
     # topology builder, which imports them)
-    "operators": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples"),
-    "examples": above("kafka", "state", "tasks", "runtime", "http", "assignment"),
+    "operators": above(
+        "kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "dsl", "testing"
+    ),
+    "examples": above("kafka", "state", "tasks", "runtime", "http", "assignment", "testing"),
+    # the DSL compiles onto the Processor API's Topology and the operators, nothing else
+    "dsl": above("kafka", "state", "tasks", "runtime", "http", "assignment", "examples", "testing"),
+    # the test driver runs real tasks over fake Kafka I/O: never the runtime or an adapter
+    "testing": above("kafka", "runtime", "http", "examples"),
     "kafka": above("state", "tasks", "runtime", "http", "examples"),
     "state": above("tasks", "runtime", "http", "processing", "examples"),
-    "tasks": above("runtime", "http", "examples"),
+    "tasks": above("runtime", "http", "examples", "dsl", "testing"),
     # http reads runtime.status (the read model, see EXCEPTIONS) and nothing else of runtime
     "http": above("runtime", "tasks", "kafka", "examples"),
     "runtime": above("examples"),

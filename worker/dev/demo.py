@@ -19,7 +19,10 @@ When the traffic has been processed the workers are stopped cleanly (a final com
 and the output topics are checked against a plain-Python reference computation of the
 same input: every alert, every account's running totals (the ``account-totals``
 changelog), the quiet accounts, the last hour's payments and the busy accounts (more
-than ``windowed.BUSY_PAYMENTS`` payments in a 10-minute window, emitted when it closes). The workers run ``exactly_once_v2``, so the kill leaves no double counts.
+than ``windowed.BUSY_PAYMENTS`` payments in a 10-minute window, emitted when it closes),
+and the DSL app's counts per merchant and 10-minute window (``worker.examples.merchants``,
+one more worker under its own application id, beside the others from start to end;
+``demo_merchants.py``). The workers run ``exactly_once_v2``, so the kill leaves no double counts.
 The exit code is 0 only when both match and every worker's last run exited 0.
 """
 
@@ -33,6 +36,7 @@ from pathlib import Path
 from worker.config import Settings, load
 from worker.dev import history, sample_data
 from worker.dev.changelog_watch import ChangelogWatch
+from worker.dev.demo_merchants import wait_counted
 from worker.dev.demo_processes import (
     DemoBroker,
     DemoFailed,
@@ -46,6 +50,7 @@ from worker.dev.demo_processes import (
 from worker.dev.demo_summary import summarise, where_to_look
 from worker.dev.demo_traffic import produce_for, wait_drained
 from worker.errors import WorkerError
+from worker.examples import merchants
 from worker.examples import payments as app
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
@@ -61,6 +66,7 @@ BURSTING_ACCOUNTS = 3  # accounts paying in a 2 s burst, one every 15 s of traff
 READY_TIMEOUT = 60.0  # workers joined, tasks restored, processing
 DRAIN_TIMEOUT = 120.0  # after the last payment: everything processed
 STOP_GRACE = 30.0  # SIGTERM -> exit, before SIGKILL
+MERCHANTS_APP = "worker.examples.merchants:build"  # the DSL app, beside the payments app
 _MARKER = ".worker-demo"  # a --workdir is emptied only if it has this (or is empty)
 
 
@@ -113,11 +119,12 @@ def run_demo(duration: float, rate: int, workdir: Path, kafka: bool = False) -> 
     (workdir / _MARKER).write_text("created by `worker dev demo`; emptied by the next run\n")
     brokers: list[DemoBroker | DemoKafka] = []
     workers: list[DemoWorker] = []
+    others: list[DemoWorker] = []  # the DSL app's worker
     code = 1
     with StopSignals() as signals:
         try:
             broker = start_broker(workdir, brokers, kafka=kafka)
-            code = _run(broker, workers, duration, rate, workdir, signals)
+            code = _run(broker, workers, others, duration, rate, workdir, signals)
         except Interrupted as exc:
             signals.cleaning = True
             print(f"\ninterrupted ({exc}): stopping the workers and the broker", flush=True)
@@ -128,7 +135,7 @@ def run_demo(duration: float, rate: int, workdir: Path, kafka: bool = False) -> 
             code = 1
         finally:
             signals.cleaning = True
-            stop_workers(workers, STOP_GRACE, signals.hurried)
+            stop_workers([*workers, *others], STOP_GRACE, signals.hurried)
             for broker in brokers:
                 broker.stop(timeout=0.5 if signals.hurry else 10.0)
             if code != 0 and workers:
@@ -145,6 +152,7 @@ def run_demo(duration: float, rate: int, workdir: Path, kafka: bool = False) -> 
 def _run(
     broker: DemoBroker | DemoKafka,
     workers: list[DemoWorker],
+    others: list[DemoWorker],
     duration: float,
     rate: int,
     workdir: Path,
@@ -167,9 +175,23 @@ def _run(
         worker = DemoWorker(f"worker-{i}", bootstrap, workdir)
         workers.append(worker)  # tracked before it exists: clean-up covers a failed start
         worker.start()
-    print("started " + ", ".join(f"{w.name} (pid {w.pid})" for w in workers), flush=True)
+    dsl = DemoWorker(
+        "merchants",
+        bootstrap,
+        workdir,
+        app=MERCHANTS_APP,
+        application_id=merchants.APPLICATION_ID,
+    )
+    others.append(dsl)
+    dsl.start()
+    print(
+        "started "
+        + ", ".join(f"{w.name} (pid {w.pid})" for w in workers)
+        + f"; and {dsl.name} (pid {dsl.pid}), the DSL app (worker.examples.merchants)",
+        flush=True,
+    )
     started = time.monotonic()
-    _wait_ready(workers, READY_TIMEOUT)
+    _wait_ready([*workers, dsl], READY_TIMEOUT)
     print(f"workers ready in {time.monotonic() - started:.1f}s; "
           f"producing {rate} payments/s for {duration:.0f}s", flush=True)  # fmt: skip
 
@@ -204,13 +226,14 @@ def _run(
     traffic = produce_for(settings, accts, duration, rate, workers, schedule, clock, quiet, bursts)
     produced_in = time.monotonic() - producing
     drained_in = wait_drained(workers, traffic, DRAIN_TIMEOUT)
+    counted = wait_counted(settings, traffic, DRAIN_TIMEOUT)
     watch.stop()
     for w in workers:
         w.scrape()  # the final numbers, before the workers go away
     active = next(a.id for a in accts if a.id not in quiet)  # one still paying
     where = where_to_look(workers[0].port, active, PARTITIONS)  # a live query, before the stop
     signals.cleaning = True  # from here on a Ctrl-C only hurries the stop
-    stop_workers(workers, STOP_GRACE, signals.hurried)  # each commits its last records
+    stop_workers([*workers, dsl], STOP_GRACE, signals.hurried)  # each commits its last records
     code = summarise(
         settings,
         accts,
@@ -221,6 +244,7 @@ def _run(
         watch.arrivals,
         drain_timeout=DRAIN_TIMEOUT,
         partitions=PARTITIONS,
+        dsl=(dsl, counted),
     )
     print("\n".join(where), flush=True)
     return code

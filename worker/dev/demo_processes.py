@@ -102,11 +102,24 @@ class DemoWorker(WorkerProcess):
     """A worker of the demo: an OS-picked HTTP port, dies with the demo, and remembers its
     last scrape and what its earlier runs processed (a restart's counters start at 0)."""
 
-    def __init__(self, name: str, bootstrap: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        workdir: Path,
+        *,
+        app: str | None = None,
+        application_id: str | None = None,
+    ) -> None:
+        """``app``: ``--app`` (the default: the payments app) with its ``application_id``."""
+        settings = {"bootstrap.servers": bootstrap, **WORKER_SETTINGS}
+        if application_id is not None:
+            settings["application.id"] = application_id
         super().__init__(
             state_dir=workdir / name,
             http_port=0,
-            settings={"bootstrap.servers": bootstrap, **WORKER_SETTINGS},
+            settings=settings,
+            args=["--app", app] if app else [],
             name=name,
             die_with_parent=True,
         )

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from worker.config import Settings
-from worker.dev import sample_data
+from worker.dev import demo_merchants, sample_data
 from worker.dev.demo_processes import WORKER_SETTINGS, DemoWorker
 from worker.dev.demo_traffic import Traffic
 from worker.dev.processes import START_LINE
@@ -82,7 +82,10 @@ def summarise(
     *,
     drain_timeout: float,
     partitions: int,
+    dsl: tuple[DemoWorker, float | None] | None = None,
 ) -> int:
+    """Print the summary; 0 when every output matches the reference and every worker
+    (``dsl``: the DSL app's, with the seconds its counts took to complete) stopped cleanly."""
     stream = traffic.stream
     profiles = dict(sample_data.profiles(accts))
     expected = sample_data.reference(profiles, stream, traffic.clock, partitions)
@@ -152,8 +155,14 @@ def summarise(
 
     time_ok = _check_time_outputs(settings, expected)
     busy_ok = _check_busy_accounts(settings, expected)
+    merchants_ok = True
+    if dsl is not None:
+        wrong, text = demo_merchants.check(settings, expected)
+        merchants_ok = not wrong
+        print(f"merchant counts:    {text} (DSL app, re-keyed by merchant, 10-minute windows) -> "
+              + _verdict(merchants_ok, wrong=wrong))  # fmt: skip
 
-    codes = [w.returncode for w in workers]
+    codes = [w.returncode for w in workers] + ([dsl[0].returncode] if dsl else [])
     stopped_ok = all(c == 0 for c in codes)
     killed = {h.worker.name for h in traffic.happenings if h.what.startswith("kill")}
     print(
@@ -163,8 +172,9 @@ def summarise(
             + (" (its run before was the one killed)" if w.name in killed else "")
             for w in workers
         )
+        + (f", {dsl[0].name} {dsl[0].returncode}" if dsl else "")
     )
-    matches = alerts_ok and totals_ok and time_ok and busy_ok
+    matches = alerts_ok and totals_ok and time_ok and busy_ok and merchants_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
 

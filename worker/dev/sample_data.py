@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.config import Settings
+from worker.examples import merchants, windowed
 from worker.examples import payments as app
-from worker.examples import windowed
 from worker.kafka.admin import Admin, TopicSpec
 from worker.partitioner import partition_for
 
@@ -32,6 +32,7 @@ def create_example_topics(settings: Settings, partitions: int) -> None:
             TopicSpec(app.ALERTS, partitions),
             TopicSpec(app.QUIET, partitions),
             TopicSpec(app.BUSY, partitions),
+            TopicSpec(merchants.MERCHANT_COUNTS, partitions),
         ]
     )
 
@@ -83,6 +84,7 @@ def going_quiet(accts: list[Account], how_many: int, first: int, every: int) -> 
 
 
 BURST_SHARE = 20  # during its burst, an account makes every 20th payment
+MERCHANTS = 20  # payments go to merchant-00 .. merchant-19
 
 
 def bursting(
@@ -117,6 +119,8 @@ def payments(
     its burst (``bursting``).
     """
     rng = random.Random(seed + start)
+    # a generator of its own, so adding merchants left every other choice as it was
+    shops = random.Random(seed * 1_000_003 + start)
     by_id = {acct.id: acct for acct in accts}
     for n in range(start, start + count):
         acct = accts[rng.randrange(len(accts))]
@@ -128,7 +132,12 @@ def payments(
             amount = acct.mean + rng.choice((-1, 1)) * acct.std * rng.uniform(6, 10)
         else:
             amount = rng.gauss(acct.mean, acct.std)
-        value = {"id": f"p-{n:09d}", "account": acct.id, "amount_cents": max(1, int(amount))}
+        value = {
+            "id": f"p-{n:09d}",
+            "account": acct.id,
+            "merchant": f"merchant-{shops.randrange(MERCHANTS):02d}",
+            "amount_cents": max(1, int(amount)),
+        }
         yield acct.id, value
 
 
@@ -142,6 +151,8 @@ class Reference:
     written: dict[str, int] = field(default_factory=dict)  # every recent-payments key
     recent: dict[str, int] = field(default_factory=dict)  # ... unexpired at the end
     busy: dict[str, dict[str, Any]] = field(default_factory=dict)  # alert_id -> busy alert
+    # the DSL app (worker.examples.merchants): (merchant, window start) -> payments
+    merchant_windows: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def quiet_id(alert: dict[str, Any]) -> str:
@@ -201,4 +212,5 @@ def reference(
     for partition, paid in timed.items():
         for alert in windowed.expected_alerts(paid, stream_time[partition]).values():
             out.busy[windowed.alert_id(alert)] = alert
+    out.merchant_windows = merchants.reference((p, clock.at(n)) for n, (_, p) in enumerate(stream))
     return out

@@ -85,6 +85,15 @@ class Admin:
                 counts[topic] = len(meta.partitions)
         return counts
 
+    def topic_names(self, timeout: float = 10.0) -> set[str]:
+        """Every topic the broker has. Raises KafkaUnavailable without an answer."""
+        self._admin.poll(0)
+        try:
+            metadata = self._admin.list_topics(timeout=timeout)
+        except ck.KafkaException as exc:
+            raise KafkaUnavailable(f"cannot read topic metadata: {exc}") from exc
+        return set(metadata.topics)
+
     def create_topics(self, specs: Sequence[TopicSpec], timeout: float = 30.0) -> list[str]:
         """Create the topics that do not exist yet; return the names created."""
         if not specs:

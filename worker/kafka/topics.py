@@ -15,11 +15,13 @@ from worker.kafka.admin import Admin, TopicSpec
 from worker.processing.internal_topics import (
     WINDOW_CHANGELOG_MARGIN_MS,
     InternalTopic,
+    Repartition,
     TopicPlan,
     TopicRole,
     dlq_topic,
     plan_internal_topics,
 )
+from worker.processing.repartitions import repartition_writers
 from worker.processing.topology import BuiltTopology
 
 # How a missing or mis-sized topic is named in errors, by role.
@@ -49,30 +51,34 @@ def prepare_topics(
 ) -> TopicLayout:
     """Check sources and sinks, apply the internal-topic plan; return tasks per sub-topology.
 
-    1. one metadata request for the sources, the sinks and every internal topic;
-    2. a missing source or sink is an error;
+    1. one metadata request for the sources, the sinks and every internal topic (the
+       repartition topics among them: the DSL's, :func:`repartitions_of`);
+    2. a missing source or sink is an error (a repartition topic is neither: it is made);
     3. :func:`~worker.processing.internal_topics.plan_internal_topics` over the sources'
        counts (``dead_letter``: an exception handler is set to ``dead_letter``;
-       ``window_margin_ms``: the windowed changelogs' retention margin);
-    4. :func:`apply_plan`: the co-partitioned topics (changelogs) checked and the missing
-       ones created in one request, then the dead-letter topic if missing.
+       ``window_margin_ms``: the windowed changelogs' retention margin), each repartition
+       topic sized as the sub-topology writing it;
+    4. :func:`apply_plan`: the co-partitioned topics (changelogs, repartition topics)
+       checked and the missing ones created in one request, then the dead-letter topic if
+       missing.
 
     Raises KafkaUnavailable when the topics' metadata does not come within
     ``metadata_timeout`` seconds (the caller may retry: nothing was created yet).
     Raises TopologyError naming the topic when a source or sink is missing, when the
-    sources of one sub-topology are not co-partitioned, when an existing changelog has
-    a different partition count than its sub-topology, or when an internal topic is
+    sources of one sub-topology are not co-partitioned, when an existing changelog or
+    repartition topic has a different partition count than planned, or when an internal topic is
     missing and ``internal.topics.create`` is false.
     """
+    repartitions = repartitions_of(topology, application_id)
     sources = {t for st in topology.subtopologies for t in st.source_topics}
     internal = {
         t
         for topics in topology.changelog_topics_by_subtopology(application_id).values()
         for t in topics
-    }
+    } | {r.topic for r in repartitions}
     if dead_letter:
         internal.add(dlq_topic(application_id))
-    externals = sources | topology.sink_topics()
+    externals = (sources | topology.sink_topics()) - {r.topic for r in repartitions}
     counts = admin.partition_counts(externals | internal, timeout=metadata_timeout)
     missing = sorted(t for t in externals if t not in counts)
     if missing:
@@ -80,12 +86,23 @@ def prepare_topics(
     plan = plan_internal_topics(
         topology,
         application_id,
-        {t: counts[t] for t in sources},
+        {t: counts[t] for t in sources if t in externals},
+        repartitions=repartitions,
         dead_letter=dead_letter,
         window_margin_ms=window_margin_ms,
     )
     apply_plan(admin, plan, counts, create_internal)
     return TopicLayout(dict(plan.tasks))
+
+
+def repartitions_of(topology: BuiltTopology, application_id: str) -> list[Repartition]:
+    """The topology's repartition topics (``worker.processing.repartitions``), each sized
+    as the sub-topology writing it: the count of its (co-partitioned) sources."""
+    sources = {st.id: st.source_topics for st in topology.subtopologies}
+    return [
+        Repartition(topic, sorted(sources[writer])[0])
+        for topic, writer in sorted(repartition_writers(topology, application_id).items())
+    ]
 
 
 def apply_plan(

@@ -5,6 +5,10 @@ Windowed aggregations, one per window kind: :class:`TumblingAggregation`,
 :class:`HoppingAggregation`, :class:`SlidingAggregation`, :class:`SessionAggregation`
 (their shared part: :class:`WindowedAggregation`); :func:`windowed_aggregation` picks
 the one for a ``Windows``.
+
+The DSL's: the stateless processors (:mod:`.stateless`), grouped-stream aggregations
+(:mod:`.stream_aggregation`), table re-grouping with an adder and a subtractor
+(:mod:`.table_regroup`, with the :class:`~.change.Change` it sends).
 """
 
 from __future__ import annotations

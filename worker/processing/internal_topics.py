@@ -31,7 +31,10 @@ WINDOW_CHANGELOG_MARGIN_MS = 24 * 3600 * 1000
 # Set explicitly: some brokers describe back only the configs given at creation.
 CHANGELOG_CONFIG: Mapping[str, str] = {"cleanup.policy": "compact"}
 DLQ_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete"}
-REPARTITION_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete"}
+# Kafka Streams' RepartitionTopicConfig: delete policy, kept until purged (DeleteRecords
+# below the committed offsets, worker/kafka/repartition_purge.py), never expired by time
+# under a slow reader.
+REPARTITION_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete", "retention.ms": "-1"}
 
 
 class TopicRole(enum.Enum):

@@ -32,8 +32,11 @@ from worker.kafka.admin import Admin
 from worker.kafka.changelog_tail import ChangelogTailReader
 from worker.kafka.consumers import DataConsumer, FetchedBatch, RestoreConsumer, WatermarkReader
 from worker.kafka.membership import GroupMember
+from worker.kafka.repartition_purge import repartition_purge
+from worker.kafka.repartition_topics import report_unused_internal_topics
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
+from worker.processing.repartitions import repartition_writers
 from worker.processing.topology import BuiltTopology
 from worker.runtime.broker_wait import BrokerWait
 from worker.runtime.global_tables import GlobalTables, partitions_of
@@ -121,6 +124,12 @@ def assemble(
     admin = Admin(settings)
     broker_wait = BrokerWait(stop, clock, hooks.on_change, settings.bootstrap_servers)
 
+    broker_wait.run(
+        "internal topic names",
+        lambda: report_unused_internal_topics(
+            admin, topology, settings.application_id, METADATA_TIMEOUT_S
+        ),
+    )
     layout = broker_wait.run(
         "topics",
         lambda: prepare_topics(
@@ -186,6 +195,9 @@ def assemble(
         request_rebalance=member.request_rebalance,
     )
     parts.tasks.on_change = hooks.on_change
+    repartitions = set(repartition_writers(topology, settings.application_id))
+    if repartitions:
+        parts.committer.on_committed = repartition_purge(settings, repartitions, clock).committed
     stack.callback(lambda: parts.tasks.close_all(clean=outcome.clean))
     loop = ProcessingLoop(
         settings,

@@ -7,6 +7,9 @@ revives tasks and keeps the ``.checkpoint`` files in step with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+from worker.assignment.task_id import TP
 from worker.errors import RebalanceInProgress, StoreCorrupted, TaskCorrupted
 from worker.observability import get_logger
 from worker.tasks.commit_protocols import CommitFailed, CommitProtocol, Releases
@@ -22,6 +25,9 @@ class TaskCommitter:
         self._tasks = tasks
         self._protocol = protocol
         self._log = get_logger(component="committer")
+        # Told the source offsets of each successful commit, and {} on every commit call
+        # that had nothing to commit (the repartition purge: it settles its requests then).
+        self.on_committed: Callable[[Mapping[TP, int]], None] = _ignore
 
     def commit(self, releases: Releases = ()) -> bool:
         """Commit every running active task with the guarantee's protocol (tasks/commit_protocols.py),
@@ -42,6 +48,7 @@ class TaskCommitter:
         running = self._tasks.running_actives()
         pending = [t for t in running if t.needs_commit()]
         if not releases and not pending:
+            self.on_committed({})
             return False
         metrics = self._tasks.ctx.metrics
         try:
@@ -68,6 +75,7 @@ class TaskCommitter:
             task.mark_sources_committed(offsets)
             self._maybe_checkpoint(task)
         metrics.commits.labels(result="committed").inc()
+        self.on_committed(offsets)
         return True
 
     def abort(self) -> bool:
@@ -94,3 +102,7 @@ class TaskCommitter:
             task.maybe_write_checkpoint()
         except StoreCorrupted as exc:
             self._tasks.ctx.corruption.report(task.id, exc.reason)
+
+
+def _ignore(offsets: Mapping[TP, int]) -> None:
+    return None

@@ -66,6 +66,7 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> list[Closable]:
     monkeypatch.setattr(
         assembly, "prepare_topics", lambda *_a, **_k: TopicLayout(partitions={0: 1})
     )
+    monkeypatch.setattr(assembly, "report_unused_internal_topics", lambda *_a, **_k: [])
     monkeypatch.setattr(
         assembly,
         "choose_guarantee",

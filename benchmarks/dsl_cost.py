@@ -1,0 +1,266 @@
+"""What the DSL costs (issue 30, item 6), against the same work without it, same run.
+
+* CPU per record of a count per key written with the DSL
+  (``stream.group_by_key().count().to_stream().to()``) against the same count written by
+  hand with the Processor API (one processor: read the count, write it plus one,
+  forward): in one process of its own, through the real task layer
+  (:func:`benchmarks.task_layer.running_tasks`: router, tasks, graph, typed store views,
+  RocksDB, the record collector's producers), over records fetched beforehand, the least
+  CPU time (``time.thread_time``) of ``reps`` alternating runs, a commit every
+  ``commit_every`` records. Target: at most 1.10x.
+* Records/s of one repartition hop: one worker counting per key after a ``select_key``
+  that marks the stream re-keyed (so the records go through
+  ``<application.id>-KSTREAM-...-repartition`` and a second sub-topology) against the same
+  count without the hop, over the same input, the slope of
+  ``worker_processed_records_total`` from 10% to 90% of what it processes (twice the input
+  with the hop: each record is processed on both sides of the topic), in input records/s;
+  ``process_runs`` runs of each in turns, the best of each compared (the machine is shared
+  with the broker and this harness, and one run's rate moved by 2x between runs here).
+  Target: at least 0.5x.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from benchmarks import throughput
+from benchmarks.count_sum import amount_records
+from benchmarks.harness import (
+    BenchmarkFailed,
+    RunContext,
+    new_application_id,
+    start_broker,
+)
+from benchmarks.kafka_io import create_topics, produce
+from benchmarks.measure import steady_rate_or_span
+from benchmarks.per_record import _stop
+from benchmarks.results import PlotPath, Result, Row, Target, table
+from benchmarks.task_layer import fetch, running_tasks
+from worker.dsl import StreamsBuilder
+from worker.observability import configure_logging
+from worker.processing import ProcessorContext, Topology
+from worker.processing.topology import BuiltTopology
+from worker.serde import JSON, STR
+
+NAME = "dsl_cost"
+TITLE = "The DSL's cost: a count per key against the Processor API, and a repartition hop"
+INPUT = "dsl-amounts"
+OUTPUT = "dsl-counts"
+STORE = "counts"
+PARTITIONS = 4
+BATCH = 500
+CHILD_TIMEOUT_S = 600.0
+CPU_TARGET = Target("<=", 1.10, "issue 30")
+HOP_TARGET = Target(">=", 0.5, "issue 30")
+
+
+@dataclass(frozen=True)
+class Params:
+    records: int
+    keys: int
+    reps: int = 5
+    commit_every: int = 100_000
+    process_runs: int = 2  # worker runs of each way (the best of each is compared)
+
+
+FULL = Params(records=300_000, keys=10_000)
+QUICK = Params(records=20_000, keys=1_000, reps=2, commit_every=10_000, process_runs=1)
+
+
+@dataclass(frozen=True)
+class Measured:
+    params: Params
+    dsl_us: list[float]  # CPU us per record, each run
+    papi_us: list[float]
+    hop_rates: list[float]  # input records/s, each worker run
+    plain_rates: list[float]
+
+
+# -- the topologies ---------------------------------------------------------------------
+
+
+def count_by_hand(ctx: ProcessorContext, key: str, value: Any) -> None:
+    counts = ctx.store(STORE)
+    n = (counts.get(key) or 0) + 1
+    counts.put(key, n)
+    ctx.forward(key, n)
+
+
+def papi_count() -> Topology:
+    """The count written with the Processor API."""
+    return (
+        Topology()
+        .add_source("in", INPUT, key_serde=STR, value_serde=JSON)
+        .add_store(STORE, key_serde=STR, value_serde=JSON)
+        .add_processor("count", count_by_hand, parents=["in"], stores=[STORE])
+        .add_sink("out", OUTPUT, parents=["count"], key_serde=STR, value_serde=JSON)
+    )
+
+
+def count_app() -> StreamsBuilder:
+    """The count written with the DSL (``--app benchmarks.dsl_cost:count_app``)."""
+    builder = StreamsBuilder()
+    builder.stream(INPUT).group_by_key().count(name=STORE).to_stream().to(OUTPUT)
+    return builder
+
+
+def rekeyed_count_app() -> StreamsBuilder:
+    """The same count after a re-key that keeps the key: one repartition hop."""
+    builder = StreamsBuilder()
+    stream = builder.stream(INPUT).select_key(lambda key, value: key)
+    stream.group_by_key().count(name=STORE).to_stream().to(OUTPUT)
+    return builder
+
+
+# -- measuring --------------------------------------------------------------------------
+
+
+def measure(ctx: RunContext, params: Params) -> Measured:
+    broker = start_broker(ctx)
+    bootstrap = broker.bootstrap
+    create_topics(bootstrap, {INPUT: PARTITIONS, OUTPUT: PARTITIONS})
+    produce(bootstrap, INPUT, amount_records(params.records, params.keys))
+    dsl_us, papi_us = _cpu_in_child(ctx, bootstrap, params)
+    overrides: dict[str, object] = {"commit.interval.ms": 1000, "num.standby.replicas": 0}
+    rates: dict[str, list[float]] = {"plain": [], "hop": []}
+    ways = (
+        ("plain", "benchmarks.dsl_cost:count_app", params.records),
+        ("hop", "benchmarks.dsl_cost:rekeyed_count_app", 2 * params.records),
+    )
+    for run in range(params.process_runs):  # in turns, each first every other time
+        for label, app, processed in ways if run % 2 == 0 else ways[::-1]:
+            samples, _ = throughput.worker_run(
+                ctx, bootstrap, f"worker-{label}-{run}", overrides, processed, app=app
+            )
+            rate = steady_rate_or_span(samples, processed) * params.records / processed
+            rates[label].append(rate)
+    return Measured(params, dsl_us, papi_us, rates["hop"], rates["plain"])
+
+
+def _cpu_in_child(
+    ctx: RunContext, bootstrap: str, params: Params
+) -> tuple[list[float], list[float]]:
+    """The CPU runs in a spawned process (RocksDB's threads and a fresh heap, as
+    :mod:`benchmarks.per_record` explains)."""
+    spawn = multiprocessing.get_context("spawn")
+    receiver, sender = spawn.Pipe(duplex=False)
+    child = spawn.Process(target=_cpu_runs, args=(bootstrap, ctx.path("runs"), params, sender))
+    ctx.own(child.start, lambda: _stop(child))
+    sender.close()
+    if not receiver.poll(CHILD_TIMEOUT_S):
+        raise BenchmarkFailed(f"the measuring process sent nothing in {CHILD_TIMEOUT_S:.0f}s")
+    outcome = receiver.recv()
+    child.join(30)
+    if isinstance(outcome, str):
+        raise BenchmarkFailed(f"the measuring process failed:\n{outcome}")
+    return cast(tuple[list[float], list[float]], outcome)
+
+
+def _cpu_runs(bootstrap: str, workdir: Path, params: Params, sender: Any) -> None:
+    configure_logging("warning", "console")
+    try:
+        records = fetch(bootstrap, INPUT)
+        if len(records) != params.records:
+            raise BenchmarkFailed(f"fetched {len(records):,} records, not {params.records:,}")
+        runs: dict[str, list[float]] = {"dsl": [], "papi": []}
+        builds = {
+            "dsl": lambda app_id: count_app().build(app_id).build(),
+            "papi": lambda app_id: papi_count().build(),
+        }
+        # One warm-up run of each (imports, caches), then the two in turns, each first
+        # every other time.
+        for rep in range(-1, params.reps):
+            for way in ("dsl", "papi") if rep % 2 else ("papi", "dsl"):
+                app_id = new_application_id(f"bench-{way}")
+                cpu = _run(workdir, bootstrap, builds[way](app_id), records, params, app_id)
+                if rep >= 0:
+                    runs[way].append(cpu)
+        dsl, papi = runs["dsl"], runs["papi"]
+        sender.send((dsl, papi))
+    except Exception:
+        sender.send(traceback.format_exc(limit=8))
+    finally:
+        sender.close()
+
+
+def _run(
+    workdir: Path,
+    bootstrap: str,
+    topology: BuiltTopology,
+    records: list[Any],
+    params: Params,
+    application_id: str,
+) -> float:
+    """CPU us per record through a fresh set of task parts, commits included."""
+    with running_tasks(workdir, bootstrap, topology, application_id, PARTITIONS) as run:
+        parts, collector = run.parts, run.collector
+        started, since = time.thread_time(), 0
+        for i in range(0, len(records), BATCH):
+            since += parts.router.process(records[i : i + BATCH])
+            collector.poll()
+            if since >= params.commit_every:
+                parts.committer.commit()
+                since = 0
+        parts.committer.commit()
+        return 1e6 * (time.thread_time() - started) / len(records)
+
+
+def report(measured: Measured, plot_path: PlotPath) -> Result:
+    params = measured.params
+    result = Result(NAME, TITLE)
+    dsl, papi = min(measured.dsl_us), min(measured.papi_us)
+    result.rows += [
+        Row(
+            metric="CPU per record, count per key",
+            measured=dsl,
+            measured_label="the DSL (group_by_key().count())",
+            baseline=papi,
+            baseline_label="the Processor API, by hand",
+            unit="us",
+            target=CPU_TARGET,
+        ),
+        Row(
+            metric="input records/s, count per key after a re-key",
+            measured=max(measured.hop_rates),
+            measured_label="one repartition hop (2 sub-topologies)",
+            baseline=max(measured.plain_rates),
+            baseline_label="the same count without the hop",
+            unit="records/s",
+            target=HOP_TARGET,
+        ),
+    ]
+    result.facts = {
+        "records": params.records,
+        "keys": params.keys,
+        "partitions": PARTITIONS,
+        "reps": params.reps,
+        "commit_every": params.commit_every,
+        "batch": BATCH,
+        "process_runs": params.process_runs,
+    }
+    headers = ["us per record", *(f"run {i + 1}" for i in range(len(measured.dsl_us)))]
+    result.details.append(
+        table(
+            headers,
+            [
+                ["DSL", *(f"{v:.2f}" for v in measured.dsl_us)],
+                ["Processor API", *(f"{v:.2f}" for v in measured.papi_us)],
+            ],
+        )
+    )
+    runs = range(len(measured.hop_rates))
+    result.details.append(
+        table(
+            ["input records/s", *(f"run {i + 1}" for i in runs)],
+            [
+                ["without the hop", *(f"{v:,.0f}" for v in measured.plain_rates)],
+                ["one repartition hop", *(f"{v:,.0f}" for v in measured.hop_rates)],
+            ],
+        )
+    )
+    return result

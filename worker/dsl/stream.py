@@ -1,0 +1,298 @@
+"""``KStream``: a record stream, every record a fact of its own (Kafka Streams' KStream).
+
+A handle onto one node of the builder's plan; every operation records a step and returns a
+new handle. Operations that may change the key (``map``, ``flat_map``, ``select_key``,
+``process``) mark the result *repartition required*; ``filter``, ``map_values``, ``peek``
+and the like keep the mark; ``merge`` ORs it; an operation that needs records grouped by
+key (an aggregation, ``to_table``) consumes it by inserting a repartition topic, and only
+then (reference dsl-and-joins.md §1.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from worker.errors import TopologyError
+from worker.operators import stateless
+from worker.processing.topology import ProcessorFn
+from worker.serde import Serde
+
+if TYPE_CHECKING:
+    from worker.dsl.builder import StreamsBuilder
+    from worker.dsl.grouped import KGroupedStream
+    from worker.dsl.table import KTable
+
+
+class KStream:
+    """A stream of (key, value) records with the serdes that read and write them."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        repartition_required: bool = False,
+    ) -> None:
+        self._builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.repartition_required = repartition_required
+
+    def _then(
+        self,
+        prefix: str,
+        fn: ProcessorFn,
+        name: str | None,
+        *,
+        key_changing: bool = False,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        stores: Sequence[str] = (),
+    ) -> KStream:
+        node = self._builder._processor(prefix, fn, [self.node], name, stores)
+        return KStream(
+            self._builder,
+            node,
+            key_serde or self.key_serde,
+            value_serde or self.value_serde,
+            self.repartition_required or key_changing,
+        )
+
+    # -- stateless -------------------------------------------------------------------
+
+    def filter(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> KStream:
+        """The records for which ``predicate(key, value)`` is true."""
+        return self._then("KSTREAM-FILTER", stateless.filtering(predicate), name)
+
+    def filter_not(
+        self, predicate: Callable[[Any, Any], bool], *, name: str | None = None
+    ) -> KStream:
+        """The records for which ``predicate(key, value)`` is false."""
+        return self._then("KSTREAM-FILTER", stateless.filtering(predicate, keep=False), name)
+
+    def map(
+        self,
+        mapper: Callable[[Any, Any], tuple[Any, Any]],
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """``mapper(key, value) -> (key, value)``; may change the key."""
+        return self._then(
+            "KSTREAM-MAP",
+            stateless.mapping(mapper),
+            name,
+            key_changing=True,
+            key_serde=key_serde,
+            value_serde=value_serde,
+        )
+
+    def map_values(
+        self,
+        mapper: Callable[[Any], Any],
+        *,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """``mapper(value) -> value``; the key is kept."""
+        return self._then(
+            "KSTREAM-MAPVALUES", stateless.mapping_values(mapper), name, value_serde=value_serde
+        )
+
+    def flat_map(
+        self,
+        mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]],
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """``mapper(key, value)`` -> zero or more (key, value) pairs; may change the key."""
+        return self._then(
+            "KSTREAM-FLATMAP",
+            stateless.flat_mapping(mapper),
+            name,
+            key_changing=True,
+            key_serde=key_serde,
+            value_serde=value_serde,
+        )
+
+    def flat_map_values(
+        self,
+        mapper: Callable[[Any], Iterable[Any]],
+        *,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """``mapper(value)`` -> zero or more values, each with the record's key."""
+        return self._then(
+            "KSTREAM-FLATMAPVALUES",
+            stateless.flat_mapping_values(mapper),
+            name,
+            value_serde=value_serde,
+        )
+
+    def peek(self, action: Callable[[Any, Any], object], *, name: str | None = None) -> KStream:
+        """Call ``action(key, value)`` for each record (a side effect) and pass it on."""
+        return self._then("KSTREAM-PEEK", stateless.peeking(action), name)
+
+    def select_key(
+        self,
+        selector: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+    ) -> KStream:
+        """``selector(key, value)`` becomes the key."""
+        return self._then(
+            "KSTREAM-KEY-SELECT",
+            stateless.selecting_key(selector),
+            name,
+            key_changing=True,
+            key_serde=key_serde,
+        )
+
+    def merge(self, other: KStream, *, name: str | None = None) -> KStream:
+        """The records of both streams (this one's serdes)."""
+        node = self._builder._processor(
+            "KSTREAM-MERGE", stateless.passing, [self.node, other.node], name, ()
+        )
+        flagged = self.repartition_required or other.repartition_required
+        return KStream(self._builder, node, self.key_serde, self.value_serde, flagged)
+
+    def split(self, *, prefix: str = "") -> BranchedKStream:
+        """Named branches: ``split().branch(pred, name="a").default_branch(name="b")``
+        returns ``{prefix + "a": KStream, ...}``; each record goes to the first branch
+        whose predicate holds."""
+        return BranchedKStream(self, prefix)
+
+    def process(
+        self,
+        fn: ProcessorFn,
+        *,
+        stores: Sequence[str] = (),
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """The escape hatch into the Processor API: ``fn(ctx, key, value)`` with the
+        stores named in ``stores`` (``builder.add_state_store``), forwarding with
+        ``ctx.forward``. It may change the key: a stateful operation after it repartitions."""
+        return self._then(
+            "KSTREAM-PROCESSOR",
+            fn,
+            name,
+            key_changing=True,
+            key_serde=key_serde,
+            value_serde=value_serde,
+            stores=stores,
+        )
+
+    # -- sinks and tables ------------------------------------------------------------
+
+    def to(
+        self,
+        topic: str,
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> None:
+        """Write the records to ``topic``, partitioned by murmur2 of the key bytes."""
+        self._builder._sink(
+            topic, self.node, name, key_serde or self.key_serde, value_serde or self.value_serde
+        )
+
+    def to_table(self, *, name: str | None = None, value_serde: Serde | None = None) -> KTable:
+        """The latest value per key, in store ``name`` (queryable): a None value deletes."""
+        from worker.dsl.table import KTable
+
+        store = self._builder._plan.name("KSTREAM-TOTABLE-STATE-STORE", name)
+        stream = self._builder._repartitioned(self, store)
+        serde = value_serde or self.value_serde
+        self._builder._add_store(store, stream.key_serde, serde)
+        node = self._builder._processor(
+            "KSTREAM-TOTABLE", stateless.materializing(store), [stream.node], None, [store]
+        )
+        return KTable(self._builder, node, stream.key_serde, serde, store)
+
+    def group_by_key(
+        self,
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KGroupedStream:
+        """The records grouped by their key, for an aggregation; repartitioned first (by
+        topic ``name``, or the aggregation's store name) if the key may have changed."""
+        from worker.dsl.grouped import KGroupedStream
+
+        stream = KStream(
+            self._builder,
+            self.node,
+            key_serde or self.key_serde,
+            value_serde or self.value_serde,
+            self.repartition_required,
+        )
+        return KGroupedStream(self._builder, stream, name)
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KGroupedStream:
+        """Grouped by ``selector(key, value)``: always through a repartition topic."""
+        rekeyed = self.select_key(selector, key_serde=key_serde)
+        return rekeyed.group_by_key(name=name, value_serde=value_serde)
+
+
+class BranchedKStream:
+    """What ``split()`` returns: add branches in order, then ``default_branch`` or
+    ``no_default_branch`` to get the branches by name."""
+
+    def __init__(self, stream: KStream, prefix: str) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        self._branches: list[tuple[str, Callable[[Any, Any], bool] | None]] = []
+
+    def branch(self, predicate: Callable[[Any, Any], bool], *, name: str) -> BranchedKStream:
+        """Records for which ``predicate(key, value)`` holds and no earlier branch took."""
+        if not callable(predicate):
+            raise TopologyError(f"branch {name!r}: the predicate is not callable")
+        return self._add(name, predicate)
+
+    def default_branch(self, *, name: str = "default") -> dict[str, KStream]:
+        """Every record no branch took goes to ``name``; returns the branches."""
+        return self._add(name, None).no_default_branch()
+
+    def no_default_branch(self) -> dict[str, KStream]:
+        """The branches; records no branch took are dropped."""
+        if not self._branches:
+            raise TopologyError("split() needs at least one branch")
+        builder = self._stream._builder
+        names = [self._prefix + name for name, _ in self._branches]
+        fn = stateless.branching(list(zip(names, (p for _, p in self._branches), strict=True)))
+        splitter = builder._processor("KSTREAM-BRANCH", fn, [self._stream.node], None, ())
+        return {
+            name: KStream(
+                builder,
+                builder._processor("KSTREAM-BRANCHCHILD", stateless.passing, [splitter], name, ()),
+                self._stream.key_serde,
+                self._stream.value_serde,
+                self._stream.repartition_required,
+            )
+            for name in names
+        }
+
+    def _add(self, name: str, predicate: Callable[[Any, Any], bool] | None) -> BranchedKStream:
+        if any(existing == name for existing, _ in self._branches):
+            raise TopologyError(f"split(): branch {name!r} given twice")
+        self._branches.append((name, predicate))
+        return self
