@@ -91,3 +91,21 @@ def test_the_global_table_example_builds_with_no_task_store() -> None:
     built = example("Stream-table: global table")
     assert [g.name for g in built.global_tables] == ["merchants"]
     assert [st.stores for st in built.subtopologies] == [()]
+
+
+def test_the_dsl_example_runs_in_the_test_driver_over_two_partitions() -> None:
+    from worker.testing import TopologyTestDriver
+
+    found = re.search(r"### DSL: [^\n]*\n.*?```python\n(.*?)```", GUIDE.read_text(), re.S)
+    assert found
+    scope: dict[str, Any] = {"pair": lambda a, b: [a, b]}
+    exec(compile(found.group(1), "joins.md (DSL)", "exec"), scope)  # noqa: S102
+    with TopologyTestDriver(scope["b"], {"application.id": "app"}, partitions=2) as d:
+        assert [r.topic for r in scope["b"].build("app").repartition_topics] == [
+            "app-enrich-repartition"
+        ]
+        d.input_topic("account-profiles").pipe("acct-1", PROFILE, timestamp=5_000)
+        d.input_topic("payments").pipe("p1", {"account": "acct-1"}, timestamp=6_000)
+        assert d.output_topic("enriched").read_key_values() == [
+            ("acct-1", [{"account": "acct-1"}, PROFILE])
+        ]
