@@ -11,6 +11,7 @@ import pytest
 
 from worker.dsl import JoinWindows, StreamsBuilder
 from worker.errors import TopologyError
+from worker.processing.internal_topics import plan_internal_topics
 from worker.testing import TopologyTestDriver
 
 
@@ -113,3 +114,20 @@ def test_a_stream_stream_join_without_windows_is_refused() -> None:
     b = StreamsBuilder()
     with pytest.raises(TopologyError, match="JoinWindows"):
         b.stream("a").join(b.stream("b"), pair)
+
+
+def test_join_inputs_of_unequal_partition_counts_are_refused_naming_both_topics() -> None:
+    b = StreamsBuilder()
+    b.stream("payments").join(b.table("profiles", name="profiles"), pair).to("out")
+    built = b.build("app").build()
+    with pytest.raises(TopologyError, match="payments=4, profiles=2|profiles=2, payments=4"):
+        plan_internal_topics(built, "app", {"payments": 4, "profiles": 2})
+
+
+def test_a_global_table_join_needs_no_co_partitioning() -> None:
+    b = StreamsBuilder()
+    merchants = b.global_table("merchants", name="merchants")
+    b.stream("payments").join(merchants, pair, key_mapper=lambda k, v: v).to("out")
+    built = b.build("app").build()
+    plan = plan_internal_topics(built, "app", {"payments": 4, "merchants": 3})
+    assert plan.tasks == {0: 4}
