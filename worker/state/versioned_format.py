@@ -62,6 +62,15 @@ def history_key(key: bytes, ts_ms: int) -> bytes:
     return history_prefix(key) + be8(ts_ms)
 
 
+def history_range(key: bytes) -> tuple[bytes, bytes]:
+    """``[lo, hi)`` holding exactly ``key``'s older versions. Not a bare prefix: the
+    escaped key of ``key + b"\x00..."`` starts with ``key``'s prefix too, then 0xFF,
+    while a version time's first byte is at most 0x7F, so 0x80 there bounds ``key``'s
+    own entries (the windowed layout's rule, ``window_format.segment_ranges``)."""
+    prefix = history_prefix(key)
+    return prefix, prefix + b"\x80"
+
+
 def history_bound(key: bytes, as_of_ms: int) -> bytes:
     """The exclusive top of ``key``'s older versions with a time <= ``as_of_ms``."""
     return history_prefix(key) + be8(as_of_ms + 1)

@@ -133,8 +133,8 @@ class VersionedStore(Store):
 
     def _prune(self, key: bytes, latest_ms: int) -> int:
         """Delete ``key``'s older versions that no read may return; its new prune time."""
-        prefix = fmt.history_prefix(key)
-        with self.scan_prefix(prefix) as found:
+        lo, hi = fmt.history_range(key)
+        with self.scan(lo, hi) as found:
             versions = [(fmt.history_time(k), fmt.decode_version(v)) for k, v in found]
         doomed, prune = fmt.plan_prune(versions, latest_ms, self.cutoff_ms)
         for ts in doomed:
