@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from worker.dsl.joins import GlobalKTable, builder_global_table
 from worker.dsl.plan import Compilation, DslTopology, Plan, RepartitionTopic
 from worker.dsl.stream import KStream
 from worker.dsl.table import KTable
 from worker.operators import stateless
+from worker.operators.joins.tables import add_versioned_table, table_node
 from worker.processing.topology import ProcessorFn
 from worker.serde import JSON, STR, Serde
 
@@ -55,17 +57,50 @@ class StreamsBuilder:
         key_serde: Serde = DEFAULT_KEY_SERDE,
         value_serde: Serde = DEFAULT_VALUE_SERDE,
         name: str | None = None,
+        history_ms: int | None = None,
     ) -> KTable:
         """``topic`` as a table in store ``name`` (queryable): the latest value per key, a
         None value deleting it. The topic should be compacted; it is also the store's
-        changelog (``Topology.add_table``), so a Spark job can load it."""
+        changelog (``Topology.add_table``), so a Spark job can load it.
+
+        With ``history_ms`` the table is *versioned* (``operators/joins/tables.py``): it
+        keeps each key's values over that much time, in a store with its own changelog,
+        so a stream joins it as of each record's time; out-of-order updates are kept as
+        history and not passed on."""
         store = self._plan.name("KTABLE-SOURCE-STATE-STORE", name)
+        if history_ms is not None:
+
+            def write_versioned(c: Compilation) -> None:
+                add_versioned_table(
+                    c.topology,
+                    store,
+                    topic,
+                    history_ms,
+                    key_serde=key_serde,
+                    value_serde=value_serde,
+                )
+
+            self._plan.add("table", store, write_versioned)
+            return KTable(self, table_node(store), key_serde, value_serde, store)
 
         def write(c: Compilation) -> None:
             c.topology.add_table(store, topic, key_serde, value_serde)
 
         self._plan.add("table", store, write)
         return KTable(self, store, key_serde, value_serde, store)
+
+    def global_table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde = DEFAULT_KEY_SERDE,
+        value_serde: Serde = DEFAULT_VALUE_SERDE,
+        name: str | None = None,
+    ) -> GlobalKTable:
+        """``topic`` as a global table in store ``name``: every instance holds all of its
+        partitions (``worker/runtime/global_tables.py``), read to the end before processing
+        starts; streams join it with a ``key_mapper``, with no co-partitioning."""
+        return builder_global_table(self, topic, key_serde, value_serde, name)
 
     def add_state_store(
         self,

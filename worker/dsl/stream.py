@@ -21,7 +21,10 @@ from worker.serde import Serde
 if TYPE_CHECKING:
     from worker.dsl.builder import StreamsBuilder
     from worker.dsl.grouped import KGroupedStream
+    from worker.dsl.joins import GlobalKTable
     from worker.dsl.table import KTable
+    from worker.operators.joins.kinds import Kind
+    from worker.processing.join_windows import JoinWindows
 
 
 class KStream:
@@ -219,6 +222,86 @@ class KStream:
             "KSTREAM-TOTABLE", stateless.materializing(store), [stream.node], None, [store]
         )
         return KTable(self._builder, node, stream.key_serde, serde, store)
+
+    # -- joins (worker/dsl/joins.py, docs/joins.md) ------------------------------------
+
+    def join(
+        self,
+        other: KStream | KTable | GlobalKTable,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None = None,
+        *,
+        key_mapper: Callable[[Any, Any], Any] | None = None,
+        grace_ms: int = 0,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """Inner join, ``joiner(this value, other value)``: with a table, each record
+        joins the table's value for its key (as of the record's time for a versioned
+        table; ``grace_ms`` holds records back for late versions); with a global table,
+        for ``key_mapper(key, value)``; with a stream, every record of it within
+        ``windows``. A re-keyed side is repartitioned first."""
+        return self._join(other, joiner, windows, "inner", key_mapper, grace_ms, name, value_serde)
+
+    def left_join(
+        self,
+        other: KStream | KTable | GlobalKTable,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None = None,
+        *,
+        key_mapper: Callable[[Any, Any], Any] | None = None,
+        grace_ms: int = 0,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """As :meth:`join`, and a record with no partner joins ``None`` (with a stream:
+        once its window has closed, never earlier)."""
+        return self._join(other, joiner, windows, "left", key_mapper, grace_ms, name, value_serde)
+
+    def outer_join(
+        self,
+        other: KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows,
+        *,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KStream:
+        """Both streams within ``windows``; a record of either side with no partner
+        joins ``None`` once its window has closed."""
+        return self._join(other, joiner, windows, "outer", None, 0, name, value_serde)
+
+    def _join(
+        self,
+        other: KStream | KTable | GlobalKTable,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None,
+        kind: Kind,
+        key_mapper: Callable[[Any, Any], Any] | None,
+        grace_ms: int,
+        name: str | None,
+        value_serde: Serde | None,
+    ) -> KStream:
+        from worker.dsl import joins
+
+        if isinstance(other, KStream):
+            if windows is None:
+                raise TopologyError("a stream-stream join needs windows=JoinWindows(...)")
+            return joins.stream_stream_join(
+                self, other, joiner, windows, kind=kind, name=name, value_serde=value_serde
+            )
+        if windows is not None or kind == "outer":
+            raise TopologyError("a stream-table join is inner or left, without windows")
+        return joins.stream_table_join(
+            self,
+            other,
+            joiner,
+            left=kind == "left",
+            key_mapper=key_mapper,
+            grace_ms=grace_ms,
+            name=name,
+            value_serde=value_serde,
+        )
 
     def group_by_key(
         self,

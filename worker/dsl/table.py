@@ -20,6 +20,7 @@ from worker.serde import JSON, Serde
 if TYPE_CHECKING:
     from worker.dsl.builder import StreamsBuilder
     from worker.dsl.stream import KStream
+    from worker.operators.joins.kinds import Kind
 
 
 class KTable:
@@ -76,6 +77,54 @@ class KTable:
         if name is not None:
             node = self._builder._processor("KTABLE-TOSTREAM", stateless.passing, [node], name, ())
         return KStream(self._builder, node, self.key_serde, self.value_serde)
+
+    # -- joins (worker/dsl/joins.py, docs/joins.md) ------------------------------------
+
+    def join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KTable:
+        """The rows whose key both tables hold, ``joiner(this row, other row)``, updated
+        from either side; a row that goes away is a tombstone."""
+        return self._join(other, joiner, "inner", name, value_serde)
+
+    def left_join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KTable:
+        """Every row of this table, joined with the other's row or ``None``."""
+        return self._join(other, joiner, "left", name, value_serde)
+
+    def outer_join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        value_serde: Serde | None = None,
+    ) -> KTable:
+        """Every row of either table, joined with the other's row or ``None``."""
+        return self._join(other, joiner, "outer", name, value_serde)
+
+    def _join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        kind: Kind,
+        name: str | None,
+        value_serde: Serde | None,
+    ) -> KTable:
+        from worker.dsl.joins import table_table_join
+
+        return table_table_join(self, other, joiner, kind=kind, name=name, value_serde=value_serde)
 
     def group_by(
         self,

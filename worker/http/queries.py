@@ -99,6 +99,12 @@ class Routed(Protocol):
     def allow_stale(self) -> bool: ...
 
 
+class GlobalRead(Protocol):
+    """A global table's store as a query reads it (``Store.get_committed``: any thread)."""
+
+    def get_committed(self, key: bytes) -> bytes | None: ...
+
+
 Read = Callable[[TaskId, TaskStatus, bool], "Reply | None"]
 """Answers from a local copy of a task: (task, its status, stale?) -> reply, None if closed."""
 
@@ -112,17 +118,24 @@ class QueryRouter:
         status: Callable[[], Status],
         directory: RoutingDirectory | None = None,
         scheme: str = "http",
+        global_stores: Mapping[str, GlobalRead] | None = None,
     ) -> None:
+        """``global_stores``: the worker's global tables by name once they are open (a
+        mapping it fills at start; until then a lookup answers 503)."""
         self._status = status
         self._scheme = scheme  # of redirects: the group's members share their TLS settings
         self._directory = directory if directory is not None else RoutingDirectory()
         self._stores: dict[str, tuple[Subtopology, StoreSpec]] = {
             spec.name: (st, spec) for st in topology.subtopologies for spec in st.stores
         }
+        self._globals = {spec.name: spec for spec in topology.global_tables}
+        self._global_stores: Mapping[str, GlobalRead] = (
+            {} if global_stores is None else global_stores
+        )
 
     @property
     def store_names(self) -> list[str]:
-        return sorted(self._stores)
+        return sorted([*self._stores, *self._globals])
 
     def find(self, store: str) -> tuple[Subtopology, StoreSpec] | None:
         """The sub-topology and spec of ``store``; None for an unknown store."""
@@ -148,6 +161,8 @@ class QueryRouter:
 
     def get(self, store: str, key_text: str, allow_stale: bool, path: str) -> Reply:
         """Answer one key lookup; ``path`` is the raw request path and query."""
+        if store in self._globals:
+            return self._global_get(store, key_text)
         found = self._stores.get(store)
         if found is None:
             return Reply(404, {"error": f"unknown store {store!r}", "stores": self.store_names})
@@ -158,6 +173,36 @@ class QueryRouter:
             return Reply(400, {"error": f"bad key for store {store!r}: {exc}", "store": store})
         query = _Query(store, spec, subtopology, key, key_text, allow_stale, path)
         return self.answer_retrying(query, functools.partial(self._answer, query))
+
+    def _global_get(self, store: str, key_text: str) -> Reply:
+        """A global table answers from this instance's copy, which holds every key: no
+        routing, no redirect (``worker/runtime/global_tables.py``)."""
+        spec = self._globals[store]
+        try:
+            key = key_bytes(spec.key_serde, key_text)
+        except BadKey as exc:
+            return Reply(400, {"error": f"bad key for store {store!r}: {exc}", "store": store})
+        body: dict[str, Any] = {"store": store, "key": render_key(spec.key_serde, key)}
+        body["kind"] = "global"
+        local = self._global_stores.get(store)
+        try:
+            data = None if local is None else local.get_committed(key)
+        except StoreClosedError:
+            local = None
+        if local is None:
+            return Reply(
+                503, {"error": "the global table is not open (starting or stopping)", **body}
+            )
+        if data is None:
+            return Reply(404, {"error": "key not found", **body})
+        try:
+            value, encoding = render_value(spec.value_serde, data)
+        except SerdeError as exc:
+            return Reply(500, {"error": f"stored value does not decode: {exc}", **body})
+        body["value"] = value
+        if encoding != "json":
+            body["encoding"] = encoding
+        return Reply(200, body)
 
     def answer_retrying(self, query: Routed, answer: Callable[[Status], Reply | None]) -> Reply:
         """``answer`` on the latest snapshot; None (a store closed under us) earns one more

@@ -43,6 +43,7 @@ from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.http.queries import TASK_HEADER, QueryRouter, Reply, store_of, unavailable
 from worker.http.ranges import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, answer_parsed, flag
 from worker.http.targets import echo
+from worker.processing.join_windows import JoinWindows
 from worker.processing.topology import StoreSpec, Subtopology
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
@@ -122,6 +123,8 @@ def parse(
 ) -> WindowQuery:
     """The checked request. Raises BadRequest or ScanRangeError (both a 400)."""
     sessions = isinstance(spec.windows, SessionWindows | SlidingWindows)  # same shape
+    if isinstance(spec.windows, JoinWindows):
+        raise BadRequest(f"{store!r} is a stream-stream join's buffer: not queryable")
     if spec.windows is None or sessions != (kind == "sessions"):
         other = "sessions" if kind == "windows" else "windows"
         what = "a key-value store" if spec.windows is None else f"a {other} store"

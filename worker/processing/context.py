@@ -22,6 +22,7 @@ from worker.processing.punctuation import PunctuationKind, Schedule
 from worker.processing.store_views import KeyValueStore
 from worker.processing.timestamps import UNBOUNDED
 from worker.processing.timestamps import check as check_timestamp
+from worker.processing.versioned_views import VersionedKeyValueStore
 from worker.processing.window_views import SessionStoreView, WindowStoreView, typed_view
 
 # A punctuator as processors write it: ``fn(ctx, now_ms)``, run as its processor.
@@ -216,6 +217,13 @@ class ProcessorContext:
     def session_store(self, name: str) -> SessionStoreView:
         """The session store ``name`` (``add_session_store``) the current processor declared."""
         return typed_view(self.store(name), name, SessionStoreView)
+
+    def versioned_store(self, name: str) -> VersionedKeyValueStore:
+        """The versioned store ``name`` (``add_versioned_store``) the current processor declared."""
+        found = self.store(name)
+        if not isinstance(found, VersionedKeyValueStore):
+            raise TopologyError(f"store {name!r} is not a VersionedKeyValueStore")
+        return found
 
     def forward(
         self,

@@ -23,6 +23,7 @@ from typing import Any, cast
 from worker.errors import TopologyError
 from worker.processing.context import Node, ProcessorContext, Record, RecordSink
 from worker.processing.handlers import BadRecord, RecordErrorHandler
+from worker.processing.join_windows import JoinBufferView, JoinWindows
 from worker.processing.store_views import KeyValueStore
 from worker.processing.timestamps import (
     NEGATIVE,
@@ -35,10 +36,12 @@ from worker.processing.timestamps import (
 )
 from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
 from worker.processing.ttl_views import TtlKeyValueStore
+from worker.processing.versioned_views import VersionedKeyValueStore, versioned_view
 from worker.processing.window_views import SessionStoreView, WindowStoreView
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.serde import Codec
 from worker.state.contracts import (
+    RawJoinBuffer,
     RawKeyValueStore,
     RawSessionStore,
     RawTtlStore,
@@ -50,13 +53,15 @@ Runner = Callable[[Record], None]
 
 def window_view(
     spec: StoreSpec, raw: RawKeyValueStore, context: ProcessorContext
-) -> WindowStoreView | SessionStoreView:
+) -> WindowStoreView | SessionStoreView | JoinBufferView:
     """What processors get for a windowed store: its writes happen at the current
     record's timestamp, read from ``context`` at each write."""
 
     def timestamp() -> int:
         return context.timestamp
 
+    if isinstance(spec.windows, JoinWindows):
+        return JoinBufferView(spec.name, cast(RawJoinBuffer, raw))  # a JoinBufferStore
     # the task opened the store from the spec: a SessionStore or a FixedWindowStore
     if isinstance(spec.windows, SessionWindows | SlidingWindows):
         sessions = cast(RawSessionStore, raw)
@@ -88,13 +93,14 @@ class TaskGraph:
         extractor: TimestampExtractor | None = None,
         future: FutureBound | None = None,
     ) -> None:
-        missing = {s.name for s in subtopology.stores} - set(stores)
+        specs = (*subtopology.stores, *subtopology.global_stores)
+        missing = {s.name for s in specs} - set(stores)
         if missing:
             raise TopologyError(f"task {task_id}: stores not open: {sorted(missing)}")
         self._raw = dict(stores)
         self.context = ProcessorContext(task_id)
         self.context.future = self._future = future or UNBOUNDED
-        views = {spec.name: self._view(spec, stores[spec.name]) for spec in subtopology.stores}
+        views = {spec.name: self._view(spec, stores[spec.name]) for spec in specs}
         nodes: dict[str, Node] = {}
         for source in subtopology.sources:
             nodes[source.name] = Node(source.name, {})
@@ -117,9 +123,13 @@ class TaskGraph:
 
     def _view(
         self, spec: StoreSpec, raw: RawKeyValueStore
-    ) -> KeyValueStore | WindowStoreView | SessionStoreView:
+    ) -> (
+        KeyValueStore | WindowStoreView | SessionStoreView | VersionedKeyValueStore | JoinBufferView
+    ):
         if spec.windows is not None:
             return window_view(spec, raw, self.context)
+        if spec.history_ms is not None:
+            return versioned_view(spec, raw, self.context)
         if spec.ttl_ms is None:
             return KeyValueStore(spec.name, raw, spec.key_serde, spec.value_serde, spec.is_table)
         timed = cast(RawTtlStore, raw)  # the task opens a TtlStore for a spec with a TTL

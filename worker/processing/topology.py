@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
-from worker.operators import windowed_aggregation
 from worker.processing.components import Components
+from worker.processing.join_windows import JoinWindows
 from worker.processing.windows import (
     SessionWindows,
     SlidingWindows,
@@ -76,10 +76,13 @@ class StoreSpec:
     source_topic: str | None = None  # tables: the topic that is source and changelog
     ttl_ms: int | None = None  # keys expire this long after their write (stream time)
     # windowed stores (add_window_store, add_session_store; sliding windows live in a
-    # session-shaped store, for windowed aggregations): their windows and retention
-    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    # session-shaped store, for windowed aggregations; join windows: a stream-stream
+    # join's buffer, add_join_buffer_store): their windows and retention
+    windows: TimeWindows | SlidingWindows | SessionWindows | JoinWindows | None = None
     # emit-final aggregations: expiry waits until a window's final result is out
     hold_until_emitted: bool = False
+    # versioned stores (add_versioned_store): how far back reads as of a time reach
+    history_ms: int | None = None
 
     @property
     def is_table(self) -> bool:
@@ -104,6 +107,8 @@ class Subtopology:
     sinks: tuple[SinkNode, ...]
     stores: tuple[StoreSpec, ...]
     children: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the global tables its processors read (every instance holds them whole)
+    global_stores: tuple[StoreSpec, ...] = ()
 
     @property
     def source_topics(self) -> tuple[str, ...]:
@@ -117,6 +122,7 @@ class Subtopology:
 @dataclass(frozen=True)
 class BuiltTopology:
     subtopologies: tuple[Subtopology, ...]
+    global_tables: tuple[StoreSpec, ...] = ()
 
     def source_topics_by_subtopology(self) -> dict[int, tuple[str, ...]]:
         return {st.id: st.source_topics for st in self.subtopologies}
@@ -147,10 +153,11 @@ class Topology:
         self._processors: dict[str, ProcessorNode] = {}
         self._sinks: dict[str, SinkNode] = {}
         self._stores: dict[str, StoreSpec] = {}
+        self._globals: dict[str, StoreSpec] = {}
         self._order: list[str] = []
 
     def _claim(self, name: str) -> None:
-        if not name or name in self._order or name in self._stores:
+        if not name or name in self._order or name in self._stores or name in self._globals:
             raise TopologyError(f"name {name!r} is empty or already used")
         self._order.append(name)
 
@@ -177,6 +184,23 @@ class Topology:
         self._sources[name] = SourceNode(name, topic, key_serde, value_serde, table_store=name)
         return self
 
+    def add_global_table(
+        self, name: str, topic: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+    ) -> Topology:
+        """A global table: store ``name`` holding every partition of ``topic`` on every
+        instance (``worker/runtime/global_tables.py``), current before any task runs and
+        kept current between batches. Processors that list ``name`` read it (any key: no
+        co-partitioning); only the topic writes it, and it is the table's changelog.
+
+        Raises:
+            TopologyError: the name is empty or taken, the topic already read.
+        """
+        self._check_topic_unused(topic)
+        if not name or name in self._stores or name in self._order or name in self._globals:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        self._globals[name] = StoreSpec(name, key_serde, value_serde, source_topic=topic)
+        return self
+
     def add_store(
         self,
         name: str,
@@ -196,6 +220,32 @@ class Topology:
         if ttl_ms is not None and (type(ttl_ms) is not int or ttl_ms < 1):
             raise TopologyError(f"store {name!r}: ttl_ms must be an int >= 1 (ms), got {ttl_ms!r}")
         self._stores[name] = StoreSpec(name, key_serde, value_serde, ttl_ms=ttl_ms)
+        return self
+
+    def add_versioned_store(
+        self,
+        name: str,
+        history_ms: int,
+        *,
+        key_serde: Serde = BYTES,
+        value_serde: Serde = BYTES,
+    ) -> Topology:
+        """A versioned key-value store (``worker/state/versioned_store.py``) with its own
+        compacted changelog, for processors that list it; they get it with
+        ``ctx.versioned_store(name)``: values by key and time, read as of a timestamp
+        (stream-table joins as of the record's time), ``history_ms`` back from the largest
+        time written, writes older than that rejected.
+
+        Raises:
+            TopologyError: a bad ``history_ms``, or the name is empty or taken.
+        """
+        if not name or name in self._stores or name in self._order:
+            raise TopologyError(f"name {name!r} is empty or already used")
+        if type(history_ms) is not int or history_ms < 0:
+            raise TopologyError(
+                f"store {name!r}: history_ms must be an int >= 0 (ms), got {history_ms!r}"
+            )
+        self._stores[name] = StoreSpec(name, key_serde, value_serde, history_ms=history_ms)
         return self
 
     def add_window_store(
@@ -241,10 +291,22 @@ class Topology:
         windows = session(gap_ms, grace_ms=grace_ms, retention_ms=retention_ms)
         return self._add_windowed(name, windows, key_serde, value_serde)
 
+    def add_join_buffer_store(
+        self, name: str, windows: JoinWindows, *, key_serde: Serde, value_serde: Serde
+    ) -> Topology:
+        """One side's buffer of a stream-stream join (``worker/state/join_buffer.py``):
+        records by key and time, ``windows.retention_ms`` of them, with a ``compact,delete``
+        changelog like every windowed store's; processors get a ``JoinBufferView``.
+
+        Raises:
+            TopologyError: the name is empty or taken.
+        """
+        return self._add_windowed(name, windows, key_serde, value_serde)
+
     def _add_windowed(
         self,
         name: str,
-        windows: TimeWindows | SessionWindows,
+        windows: TimeWindows | SessionWindows | JoinWindows,
         key_serde: Serde,
         value_serde: Serde,
     ) -> Topology:
@@ -278,6 +340,11 @@ class Topology:
             TopologyError: a bad emit mode, a function that is not callable, a merger
                 missing for sessions or given for other windows, a taken name.
         """
+        # Imported here: the operators import the processing package, whose __init__
+        # imports this module, so `import worker.operators` first (an app of joins) was a
+        # circular import at the module level.
+        from worker.operators import windowed_aggregation
+
         operator = windowed_aggregation(
             name, windows, initializer, aggregator, merger, emit, key_serde, value_serde
         )
@@ -315,7 +382,7 @@ class Topology:
             raise TopologyError(f"processor {name!r}: init is not callable")
         self._check_parents(name, parents)
         for store in stores:
-            if store not in self._stores:
+            if store not in self._stores and store not in self._globals:
                 raise TopologyError(f"processor {name!r} uses unknown store {store!r}")
         self._claim(name)
         self._processors[name] = ProcessorNode(name, fn, tuple(parents), tuple(stores), init)
@@ -336,7 +403,8 @@ class Topology:
         return self
 
     def _check_topic_unused(self, topic: str) -> None:
-        if any(s.topic == topic for s in self._sources.values()):
+        read = [s.topic for s in self._sources.values()]
+        if topic in read or any(g.source_topic == topic for g in self._globals.values()):
             raise TopologyError(f"topic {topic!r} is already a source")
 
     def _check_parents(self, name: str, parents: Sequence[str]) -> None:
@@ -367,11 +435,15 @@ class Topology:
                 groups.union(node.name, parent)
         for proc in self._processors.values():
             for store in proc.stores:
-                groups.union(proc.name, f"store:{store}")
+                if store not in self._globals:  # read whole on every task: joins no one
+                    groups.union(proc.name, f"store:{store}")
         for source in self._sources.values():
             if source.table_store:
                 groups.union(source.name, f"store:{source.table_store}")
-        return BuiltTopology(tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())))
+        return BuiltTopology(
+            tuple(self._subtopology(i, m) for i, m in enumerate(groups.groups())),
+            tuple(self._globals.values()),
+        )
 
     def _downstream_nodes(self) -> list[ProcessorNode | SinkNode]:
         """Processors and sinks in the order they were added (forward follows this order)."""
@@ -395,5 +467,10 @@ class Topology:
             processors=tuple(p for n, p in self._processors.items() if n in names),
             sinks=tuple(s for n, s in self._sinks.items() if n in names),
             stores=tuple(s for n, s in self._stores.items() if n in store_names),
+            global_stores=tuple(
+                s
+                for n, s in self._globals.items()
+                if any(n in p.stores for p in self._processors.values() if p.name in names)
+            ),
             children={k: tuple(v) for k, v in children.items()},
         )

@@ -6,8 +6,8 @@ releases it onto the caller's :class:`contextlib.ExitStack`. Whatever fails part
 releases exactly what was started, in reverse order: tasks closed, group left, clients
 closed, HTTP stopped, the state directory's process lock released last.
 
-Start order: state directory (process lock) -> HTTP -> topics -> Kafka clients -> task
-parts -> group member -> loop. The topic check waits for the broker, retrying until it
+Start order: state directory (process lock) -> HTTP -> topics -> Kafka clients -> global
+tables (read to their ends) -> task parts -> group member -> loop. The topic check waits for the broker, retrying until it
 answers or the worker is stopped (:mod:`worker.runtime.broker_wait`).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,7 @@ from worker.http.security import http_security
 from worker.http.server import HttpServer
 from worker.kafka.admin import Admin
 from worker.kafka.changelog_tail import ChangelogTailReader
-from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
+from worker.kafka.consumers import DataConsumer, FetchedBatch, RestoreConsumer, WatermarkReader
 from worker.kafka.membership import GroupMember
 from worker.kafka.repartition_purge import repartition_purge
 from worker.kafka.repartition_topics import report_unused_internal_topics
@@ -39,6 +39,7 @@ from worker.observability import Metrics
 from worker.processing.repartitions import repartition_writers
 from worker.processing.topology import BuiltTopology
 from worker.runtime.broker_wait import BrokerWait
+from worker.runtime.global_tables import GlobalTables, partitions_of
 from worker.runtime.guarantee import choose_guarantee
 from worker.runtime.input_watch import InputWatch
 from worker.runtime.loop import ProcessingLoop
@@ -47,6 +48,7 @@ from worker.state.directory import StateDirectory
 from worker.state.disk_space import DiskSpaceWatch
 from worker.state.restore import ChangelogReader
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
 from worker.tasks.parts import TaskParts, build_task_parts
 from worker.tasks.task import Task
 from worker.tasks.task_context import TaskContext
@@ -107,12 +109,13 @@ def assemble(
     state_dir.open()
     stack.callback(state_dir.close)
     directory = RoutingDirectory(functools.partial(fetch_routing, peer=security.peer))
+    global_stores: dict[str, Store] = {}  # filled once the global tables are open
     http = HttpServer(
         settings.http_host,
         settings.http_port,
         metrics,
         hooks.status,
-        QueryRouter(topology, hooks.status, directory, security.scheme),
+        QueryRouter(topology, hooks.status, directory, security.scheme, global_stores),
         security,
         HttpLimits.from_settings(settings),
         None if settings.http_management_port < 0 else settings.http_management_port,
@@ -164,7 +167,11 @@ def assemble(
     metrics.rocksdb_cache_bytes.set_function(env.cache_usage_bytes)
     metrics.rocksdb_memtable_bytes.set_function(env.write_buffer_usage_bytes)
     metrics.store_open_iterators.set_function(env.open_scan_count)
-    ctx = TaskContext(settings, state_dir, env, collector, metrics, clock)
+    global_tables = _global_tables(stack, settings, topology, admin, state_dir, env, stop)
+    global_stores.update(global_tables.stores)
+    ctx = TaskContext(
+        settings, state_dir, env, collector, metrics, clock, global_stores=global_tables.stores
+    )
     reader: ChangelogReader[Task] = ChangelogReader(
         restore_consumer, metrics, settings.restore_batch_records, clock, changelog_tail.read
     )
@@ -203,11 +210,47 @@ def assemble(
         stop,
         metrics,
         DiskSpaceWatch(state_dir.app_dir, settings.state_disk_min_free_bytes, metrics),
+        global_tables,
     )
     inputs = InputWatch(consumer.high_watermark, admin.request_end_offsets, clock)
     return Runtime(
         state_dir, http, layout, topic_watch, reader, member, parts, loop, inputs, broker_wait
     )
+
+
+def _global_tables(
+    stack: ExitStack,
+    settings: Settings,
+    topology: BuiltTopology,
+    admin: Admin,
+    state_dir: StateDirectory,
+    env: RocksDBEnv,
+    stop: threading.Event,
+) -> GlobalTables:
+    """The global tables, opened and read to their ends before the group is joined
+    (none: an empty set that costs nothing). Raises TopologyError for a missing topic."""
+    specs = topology.global_tables
+    counts = admin.partition_counts([s.changelog("") for s in specs]) if specs else {}
+    consumer = RestoreConsumer(settings) if specs else _NoGlobals()
+    stack.callback(consumer.close)
+    tables = GlobalTables(specs, partitions_of(specs, counts), state_dir.app_dir, env, consumer)
+    stack.callback(tables.close)
+    tables.open()
+    tables.bootstrap(stop)
+    return tables
+
+
+class _NoGlobals:
+    """The consumer of a topology without global tables: never connects."""
+
+    def add(self, positions: Mapping[tuple[str, int], int | None]) -> None:
+        return None
+
+    def fetch(self, max_records: int, timeout: float) -> FetchedBatch:
+        return FetchedBatch([], {})
+
+    def close(self) -> None:
+        return None
 
 
 def _leave(member: GroupMember, state_dir: StateDirectory) -> None:

@@ -1,5 +1,5 @@
-"""The data work of one loop iteration: restore a batch -> consume -> process -> punctuate
--> commit -> heal what was found corrupted.
+"""The data work of one loop iteration: update the global tables -> restore a batch ->
+consume -> process -> punctuate -> commit -> heal what was found corrupted.
 
 The worker runs the iteration (:meth:`worker.runtime.worker.Worker._iterate`): it applies
 the group member's messages, calls :meth:`ProcessingLoop.step` for the data work, then
@@ -23,6 +23,7 @@ from worker.kafka.collector import RecordCollector
 from worker.kafka.consumers import DataConsumer
 from worker.kafka.membership import GroupMember
 from worker.observability import Metrics, get_logger
+from worker.runtime.global_tables import GlobalTables
 from worker.runtime.probing import ProbeScheduler
 from worker.state.disk_space import DiskSpaceWatch
 from worker.tasks.parts import TaskParts
@@ -44,6 +45,7 @@ class ProcessingLoop:
         stop: threading.Event,
         metrics: Metrics,
         disk: DiskSpaceWatch | None = None,
+        global_tables: GlobalTables | None = None,
     ) -> None:
         self._settings = settings
         self._disk = disk
@@ -54,6 +56,7 @@ class ProcessingLoop:
         self._clock = clock
         self._stop = stop
         self._metrics = metrics
+        self._globals = global_tables
         self._log = get_logger(component="loop")
         self._commit_interval = settings.commit_interval_ms / 1000.0
         self._max_uncommitted = settings.statestore_uncommitted_max_bytes
@@ -74,6 +77,8 @@ class ProcessingLoop:
         """
         tasks = self._parts.tasks
         poll_s = self._poll_s
+        if self._globals is not None:
+            self._globals.update()  # between batches: lookups see the tables' latest
         reading = tasks.reading_changelogs()
         consuming = bool(self._consumer.assigned) and not self.backpressure
         if reading:

@@ -3,10 +3,12 @@
 The processing layer (the store views, the operators) sits below ``state`` in the layer
 map and works on bytes through these protocols; the stores of this package satisfy them
 (``Store`` the key-value one, ``TtlStore`` the TTL one, ``FixedWindowStore`` and
-``SessionStore`` the windowed ones), and mypy checks that where the task hands them over.
+``SessionStore`` the windowed ones, ``VersionedStore`` and ``JoinBufferStore`` the
+joins'), and mypy checks that where the task hands them over.
 This module is the only part of ``state`` that ``processing`` may import
 (tests/unit/test_layers.py): it imports nothing but the standard library, and holds the
-two value types the stores return (:class:`ReadPath`, :class:`StoredWindow`).
+value types the stores return (:class:`ReadPath`, :class:`StoredWindow`,
+:class:`Version`, :class:`Buffered`).
 
 Every store is used from its task's processing thread only (the ``committed_*`` reads of
 interactive queries are not part of these contracts).
@@ -14,7 +16,7 @@ interactive queries are not part of these contracts).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -223,3 +225,51 @@ class RawSessionStore(RawWindowedStore, Protocol):
     def fetch_all_sessions(
         self, end_from_ms: int, end_to_ms: int, *, live_only: bool = True
     ) -> Iterator[StoredWindow]: ...
+
+
+class Version(NamedTuple):
+    """A versioned store's value and the time from which it is valid (its write's)."""
+
+    value: bytes
+    valid_from_ms: int
+
+
+class RawVersionedStore(Protocol):
+    """Versions of keys in bytes (``worker.state.versioned_store.VersionedStore``).
+    ``put_version`` returns what the write did: ``"latest"``, ``"history"`` or
+    ``"rejected"`` (older than the history allows)."""
+
+    @property
+    def observed_ms(self) -> int: ...
+
+    @property
+    def history_ms(self) -> int: ...
+
+    def put_version(self, key: bytes, value: bytes | None, ts_ms: int) -> str: ...
+
+    def get_latest(self, key: bytes) -> Version | None: ...
+
+    def get_as_of(self, key: bytes, as_of_ms: int) -> Version | None: ...
+
+
+class Buffered(NamedTuple):
+    """One record of a stream-stream join's buffer: its time, its number in the store
+    (arrival order), its value's bytes."""
+
+    ts_ms: int
+    seq: int
+    value: bytes
+
+
+class RawJoinBuffer(Protocol):
+    """One side of a stream-stream join in bytes (``worker.state.join_buffer``)."""
+
+    @property
+    def observed_ms(self) -> int: ...
+
+    @property
+    def events(self) -> WindowEvents: ...
+
+    def append(self, key: bytes, ts_ms: int, value: bytes) -> int | None: ...
+
+    def fetch(self, key: bytes, from_ms: int, to_ms: int) -> Sequence[Buffered]: ...

@@ -56,7 +56,8 @@ def build_active_graph(
     future = timestamps.FutureBound(
         settings.timestamp_max_future_ms, lambda: int(clock.wall() * 1000)
     )
-    graph = TaskGraph(subtopology, task_id, dict(stores), ctx.collector, errors, extractor, future)
+    readable = {**ctx.global_stores, **stores}  # the global tables its processors read
+    graph = TaskGraph(subtopology, task_id, readable, ctx.collector, errors, extractor, future)
     graph.context.stream_time = stream_time
     for store in stores.values():
         store.stamp_writes(graph.context)

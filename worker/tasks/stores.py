@@ -1,5 +1,5 @@
-"""Opening a task's store as its spec says: key-value (with a TTL or not), or windowed
-with its layout."""
+"""Opening a task's store as its spec says: key-value (with a TTL or not), versioned, or
+windowed with its layout."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from worker.assignment.task_id import TaskId
 from worker.clock import Clock, SystemClock
 from worker.events import RECORD_LATE
 from worker.observability import Metrics, ThrottledLog, get_logger
+from worker.processing.join_windows import JoinWindows
 from worker.processing.topology import StoreSpec
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state import ttl_store
+from worker.state.join_buffer import JoinBufferStore
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import Store
-from worker.state.window_store import WindowLayout
+from worker.state.versioned_store import VersionedStore
+from worker.state.window_store import WindowedStore, WindowLayout
 from worker.state.window_stores import FixedWindowStore, SessionStore
 
 LOGGED_KEY_BYTES = 64  # a late record's key is logged cut to this
@@ -25,6 +28,8 @@ def window_layout(spec: StoreSpec) -> WindowLayout | None:
     windows = spec.windows
     if windows is None:
         return None
+    if isinstance(windows, JoinWindows):
+        return WindowLayout(segmented=True, retention_ms=windows.retention_ms)
     if isinstance(windows, SessionWindows | SlidingWindows):
         ahead = windows.time_difference_ms + 1 if isinstance(windows, SlidingWindows) else 0
         return WindowLayout(
@@ -85,11 +90,15 @@ def open_store(
 
     Raises: as :meth:`Store.open`.
     """
+    if spec.history_ms is not None:
+        return VersionedStore.open_versioned(path, env, spec.name, spec.history_ms)
     layout = window_layout(spec)
     if layout is None:
         return ttl_store.open_store(path, env, spec.name, spec.ttl_ms)
     events = None
     if metrics is not None:
         events = WindowMetrics(metrics, str(task), spec.name, clock or SystemClock())
-    kind = SessionStore if layout.segmented else FixedWindowStore
+    kind: type[WindowedStore] = SessionStore if layout.segmented else FixedWindowStore
+    if isinstance(spec.windows, JoinWindows):
+        kind = JoinBufferStore
     return kind.open_windowed(path, env, spec.name, layout, events)

@@ -35,6 +35,7 @@ from worker.processing.topology import BuiltTopology, Topology
 from worker.serde import Serde
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv
+from worker.state.store import Store
 from worker.tasks.failures import RunFailed
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
@@ -90,13 +91,24 @@ class TopologyTestDriver:
         self._queue: deque[LogRecord] = deque()
         self._logs.on_append = self._queue.append
         self._logs.watched = {t for st in self.topology.subtopologies for t in st.source_topics}
+        env = RocksDBEnv(_MEMORY)
+        # Global tables: one store each, written as each record is piped (no task reads
+        # their topics: every task reads the whole table).
+        self._globals = {
+            spec.source_topic: Store.open(self._dir / "global" / spec.name, env, spec.name)
+            for spec in self.topology.global_tables
+        }
+        self._global_specs = {spec.source_topic: spec for spec in self.topology.global_tables}
         self._ctx = TaskContext(
             self.settings,
             self._state_dir,
-            RocksDBEnv(_MEMORY),
+            env,
             LogCollector(self._logs),  # type: ignore[arg-type]
             Metrics(),
             self._clock,
+            global_stores={
+                s.name: self._globals[s.source_topic] for s in self._global_specs.values()
+            },
         )
         self._tasks: dict[tuple[str, int], Task] = {}
         self._all: list[Task] = []
@@ -170,6 +182,8 @@ class TopologyTestDriver:
     # -- processing ------------------------------------------------------------------
 
     def _source(self, topic: str) -> Any:
+        if topic in self._global_specs:
+            return self._global_specs[topic]
         for st in self.topology.subtopologies:
             for source in st.sources:
                 if source.topic == topic:
@@ -180,6 +194,17 @@ class TopologyTestDriver:
         self, topic: str, key: bytes | None, value: bytes | None, ts: int, headers: Headers
     ) -> None:
         self._source(topic)
+        store = self._globals.get(topic)
+        if store is not None:  # a global table: applied at once, like the worker's update
+            if key is not None:
+                batch = store.restore_batch()
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+                offset = store.committed_offsets().get((topic, 0), -1) + 1
+                store.write_restored(batch, {(topic, 0): offset})
+            return
         self._logs.append(topic, key, value, ts, headers)
         self._drain()
 
@@ -211,6 +236,8 @@ class TopologyTestDriver:
         try:
             for task in tasks:
                 task.close(clean=True)
+            for store in getattr(self, "_globals", {}).values():
+                store.close()
         finally:
             self._state_dir.close()
             shutil.rmtree(self._dir, ignore_errors=True)
