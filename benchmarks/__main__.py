@@ -83,6 +83,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--profile", action=argparse.BooleanOptionalAction, default=None,
         help="add an unmeasured py-spy run to throughput and restore (default: on, off with --quick)",
     )  # fmt: skip
+    parser.add_argument(
+        "--broker", choices=("embedded", "kafka"), default="embedded",
+        help="the broker of the benchmarks that take either (dsl_cost; default: embedded)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -97,7 +101,7 @@ def run_one(module: ModuleType, args: argparse.Namespace, workdir: Path, plots: 
     profile = (not args.quick) if args.profile is None else args.profile
     started = time.monotonic()
     print(f"== {module.NAME}: {params}", flush=True)
-    ctx = RunContext(workdir / module.NAME, plots, args.quick, profile)
+    ctx = RunContext(workdir / module.NAME, plots, args.quick, profile, args.broker)
     try:
         result: Result = module.report(module.measure(ctx, params), ctx.plot_path)
     except Exception:

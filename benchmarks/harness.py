@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 import orjson
 
 from worker.config import Settings, load
-from worker.dev.broker import EmbeddedBroker, free_port
+from worker.dev.broker import BrokerProcess, EmbeddedBroker, free_port
+from worker.dev.kafka_broker import KafkaBroker
 from worker.dev.processes import WorkerProcess, WorkerProcessFailed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +66,7 @@ class RunContext:
     plots_dir: Path
     quick: bool
     profile: bool = False
+    broker: str = "embedded"  # or "kafka": what start_chosen_broker starts
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: bool = False
@@ -108,6 +110,16 @@ def start_broker(run: RunContext, name: str = "broker") -> EmbeddedBroker:
     # anyway, so SIGKILL comes soon.
     run.own(broker.start, lambda: broker.stop(timeout=3.0))
     return broker
+
+
+def start_chosen_broker(run: RunContext) -> BrokerProcess:
+    """The run's broker (``--broker``): the embedded one, or Apache Kafka, whose figures
+    are the ones users get (the embedded broker is slower at fetches and its costs differ)."""
+    if run.broker == "embedded":
+        return start_broker(run)
+    kafka = KafkaBroker(log_path=run.path("kafka.log"), die_with_parent=True)
+    run.own(kafka.start, kafka.stop)
+    return kafka
 
 
 def worker_settings(
