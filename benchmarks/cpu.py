@@ -26,6 +26,17 @@ def process_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def main_thread_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``'s first thread (a worker's processing loop), without
+    librdkafka's and RocksDB's threads.
+
+    Raises OSError when the process is gone.
+    """
+    with open(f"/proc/{pid}/task/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def processes_seconds(pids: Iterable[int]) -> float:
     """CPU seconds of several processes together; one that is gone counts as 0."""
     total = 0.0

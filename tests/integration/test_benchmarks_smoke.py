@@ -134,6 +134,7 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
         [
             "CPU per record, count per key",
             "input records/s, count per key after a re-key",
+            "worker CPU per input record, count per key after a re-key",
         ],
     ),
     "kafka_streams": (
