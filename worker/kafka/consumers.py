@@ -22,6 +22,10 @@ from worker.kafka.error_classifier import fetch_error, is_partition_eof
 # costs no Python bytecode per record.
 _message_error = ck.Message.error
 
+# How long an assignment waits for a new topic's metadata before leaving it to
+# librdkafka's own topic scan (a round trip on a healthy cluster).
+_METADATA_TIMEOUT_S = 2.0
+
 
 @dataclass(slots=True)
 class FetchedBatch:
@@ -44,6 +48,7 @@ class _PositionedConsumer:
     def __init__(self, config: dict[str, Any]) -> None:
         self._consumer = ck.Consumer(config)
         self._assigned: set[TP] = set()
+        self._known_topics: set[str] = set()
 
     def add(self, positions: Mapping[TP, int | None]) -> None:
         """Start reading each partition at the given offset (None: from the beginning)."""
@@ -58,6 +63,24 @@ class _PositionedConsumer:
             # fetching, always.
             self._consumer.resume(parts)
             self._assigned.update(positions)
+            self._learn_topics({t for t, _p in positions})
+
+    def _learn_topics(self, topics: set[str]) -> None:
+        """Ask for the metadata of topics this consumer has never read, at once.
+
+        librdkafka learns where a newly assigned topic's partitions lead only on its
+        1-second topic scan, so their first fetch waited 0-1 s (debug log: ``Start
+        consuming`` then ``Topic ... metadata information unknown`` up to 1 s later). A
+        metadata response for the topic delegates the assigned partitions right away:
+        a moved task's new owner, just started, read the old owner's release up to a
+        second late (docs/platform-notes.md). If the request fails the scan still runs.
+        """
+        for topic in sorted(topics - self._known_topics):
+            try:
+                self._consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+            except ck.KafkaException:
+                continue
+            self._known_topics.add(topic)
 
     def remove(self, partitions: Iterable[TP]) -> None:
         parts = [ck.TopicPartition(t, p) for t, p in partitions if (t, p) in self._assigned]
