@@ -109,10 +109,10 @@ def _brokers(value: str) -> list[str]:
 
 def runs(names: list[str], brokers: list[str]) -> list[tuple[str, str]]:
     """(benchmark, broker) in the order they run: each benchmark on each broker in turn; a
-    benchmark that names its own broker (``BROKER``) runs once, on that one."""
+    benchmark that names its own broker (``RUNS_ON_BROKER``) runs once, on that one."""
     planned: list[tuple[str, str]] = []
     for name in names:
-        own = getattr(BENCHMARKS[name], "BROKER", None)
+        own = getattr(BENCHMARKS[name], "RUNS_ON_BROKER", None)
         for broker in [own] if own else brokers:
             if (name, broker) not in planned:
                 planned.append((name, broker))
@@ -129,7 +129,7 @@ def run_one(
     profile = (not args.quick) if args.profile is None else args.profile
     started = time.monotonic()
     print(f"== {module.NAME} on {broker}: {params}", flush=True)
-    suffix = "" if broker == "embedded" or hasattr(module, "BROKER") else f"-{broker}"
+    suffix = "" if broker == "embedded" or hasattr(module, "RUNS_ON_BROKER") else f"-{broker}"
     ctx = RunContext(workdir / (module.NAME + suffix), plots, args.quick, profile, broker)
     plot_path = ctx.plot_path if not suffix else (lambda name: ctx.plot_path(name + suffix))
     try:

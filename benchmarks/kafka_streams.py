@@ -48,7 +48,7 @@ from worker.dev.kafka_install import KAFKA_VERSION
 
 NAME = "kafka_streams"
 TITLE = "Against Kafka Streams: the same topologies on the same Kafka broker"
-BROKER = "kafka"  # Kafka Streams needs the real thing, whatever --broker says
+RUNS_ON_BROKER = "kafka"  # Kafka Streams needs the real thing, whatever --broker says
 PARTITIONS = 4
 TOPOLOGIES = {  # the Java topology's name -> our app
     "count_sum": "benchmarks.apps:count_and_sum_app",
@@ -103,7 +103,7 @@ class Measured:
 
 def measure(ctx: RunContext, params: Params) -> Measured:
     build = ensure_built()  # Maven, the first time only: before anything is timed
-    broker = start_broker(ctx, "broker-kafka-streams", kind=BROKER)
+    broker = start_broker(ctx, "broker-kafka-streams", kind=RUNS_ON_BROKER)
     bootstrap = broker.bootstrap
     create_topics(
         bootstrap, {SUMS_INPUT: PARTITIONS, SUMS_OUTPUT: PARTITIONS, WINDOWED_OUTPUT: PARTITIONS}

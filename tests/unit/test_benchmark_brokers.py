@@ -19,6 +19,15 @@ def test_each_benchmark_runs_on_each_broker_named_in_turn() -> None:
     assert parse_args([]).broker == ["embedded"]
 
 
+def test_every_benchmark_but_kafka_streams_runs_on_the_brokers_asked_for() -> None:
+    """A module's own names (processes.py has a BROKER column) never pick its broker."""
+    from benchmarks.__main__ import BENCHMARKS
+
+    planned = runs(sorted(BENCHMARKS), ["embedded"])
+    assert {broker for name, broker in planned if name != "kafka_streams"} == {"embedded"}
+    assert ("kafka_streams", "kafka") in planned
+
+
 def test_an_unknown_broker_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--broker", "redpanda"])
