@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -41,6 +42,15 @@ class LogRecord:
     producer_id: int = -1  # the producer that wrote it (-1: no idempotent producer)
 
 
+# UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER: Kafka answers
+# these for a topic created a moment ago, until its partitions' leaders are in place.
+_NOT_LED_YET = {3, 5, 6}
+
+
+class _NotLedYet(AssertionError):
+    """A fetch the broker cannot answer yet; retried until the read's deadline."""
+
+
 def _batches(
     bootstrap: str, topic: str, partition: int, timeout: float
 ) -> Iterator[DefaultRecordBatch]:
@@ -48,9 +58,16 @@ def _batches(
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         offset, correlation = 0, 0
+        deadline = time.monotonic() + timeout
         while True:
             correlation += 1
-            high_watermark, batches = _fetch(sock, correlation, topic, partition, offset)
+            try:
+                high_watermark, batches = _fetch(sock, correlation, topic, partition, offset)
+            except _NotLedYet:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)  # the retry's backoff, bounded by ``deadline``
+                continue
             for batch in batches:
                 offset = max(offset, batch.base_offset + batch.last_offset_delta + 1)
                 yield batch
@@ -145,6 +162,8 @@ def _fetch(
             aborted = reader.int32()
             reader.skip(max(aborted, 0) * 16)
             data = reader.bytes()
+            if error in _NOT_LED_YET:
+                raise _NotLedYet(f"fetch {topic}-{partition}@{offset}: error code {error}")
             if error:
                 raise AssertionError(f"fetch {topic}-{partition}@{offset}: error code {error}")
             records = MemoryRecords(data)
