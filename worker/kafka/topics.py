@@ -97,10 +97,19 @@ def prepare_topics(
 
 def repartitions_of(topology: BuiltTopology, application_id: str) -> list[Repartition]:
     """The topology's repartition topics (``worker.processing.repartitions``), each sized
-    as the sub-topology writing it: the count of its (co-partitioned) sources."""
+    as the sub-topology writing it: the count of its (co-partitioned) sources. A topic
+    read ``partitioned_as_reader`` (the foreign-key join's subscription and response
+    topics) is sized as the sub-topology reading it instead: the count of its other
+    sources, the table whose partitions it must match."""
     sources = {st.id: st.source_topics for st in topology.subtopologies}
+    as_reader = {
+        s.topic: tuple(o.topic for o in st.sources if not o.partitioned_as_reader)
+        for st in topology.subtopologies
+        for s in st.sources
+        if s.partitioned_as_reader
+    }
     return [
-        Repartition(topic, sorted(sources[writer])[0])
+        Repartition(topic, sorted(as_reader.get(topic) or sources[writer])[0])
         for topic, writer in sorted(repartition_writers(topology, application_id).items())
     ]
 
