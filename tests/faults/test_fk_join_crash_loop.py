@@ -98,7 +98,11 @@ def test_a_foreign_key_join_ends_as_the_join_of_its_tables_through_random_kills(
     )
     worker = worker_factory(
         "fk",
-        settings={"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 300},
+        settings={
+            "bootstrap.servers": bootstrap,
+            "processing.guarantee": "exactly_once_v2",
+            "commit.interval.ms": 300,
+        },
         args=["--app", "tests.integration.fk_join_app:build"],
         env={"PYTHONPATH": REPO, TOPICS_ENV: f"{orders_t},{customers_t},{out}"},
     )

@@ -24,7 +24,8 @@ from worker.config import load
 from worker.kafka.admin import Admin
 from worker.kafka.topics import TopicSpec
 
-pytestmark = pytest.mark.integration
+# On both brokers: the internal topics are created by the worker on each.
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("tansu", "kafka")]
 
 REPO = str(Path(__file__).resolve().parents[2])  # so --app can import tests.*
 ORDERS, CUSTOMERS = 30, 6

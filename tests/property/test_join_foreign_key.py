@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -122,7 +123,8 @@ class Observer:
 X0, W0 = {"fk": "x", "v": 0}, {"fk": "w", "v": 0}
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.duration(60)
+@settings(max_examples=100, deadline=None)
 # a settled row whose foreign key moves to a missing right row must leave an inner join
 @example("inner", 1, [("r", "x", 0), ("l", "a", X0), ("settle",), ("l", "a", W0)], [])
 # the row moves away and back before any answer: only the last value's answers count
