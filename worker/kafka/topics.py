@@ -57,7 +57,8 @@ def prepare_topics(
     3. :func:`~worker.processing.internal_topics.plan_internal_topics` over the sources'
        counts (``dead_letter``: an exception handler is set to ``dead_letter``;
        ``window_margin_ms``: the windowed changelogs' retention margin), each repartition
-       topic sized as the sub-topology writing it;
+       topic sized as the sub-topology writing it (a foreign-key join's two topics: as
+       the sub-topology reading them, :func:`repartitions_of`);
     4. :func:`apply_plan`: the co-partitioned topics (changelogs, repartition topics)
        checked and the missing ones created in one request, then the dead-letter topic if
        missing.
