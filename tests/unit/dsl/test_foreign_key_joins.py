@@ -153,3 +153,20 @@ def test_a_foreign_key_join_needs_callables_and_has_no_outer_kind() -> None:
         orders.join(customers, "customer", pair)  # type: ignore[arg-type]
     with pytest.raises(TopologyError, match="joiner must be callable"):
         orders.left_join(customers, lambda v: v, 3)  # type: ignore[arg-type]
+
+
+def test_versioned_tables_join_by_foreign_key_and_out_of_order_updates_stay_history() -> None:
+    b = StreamsBuilder()
+    orders = b.table("orders", name="orders", history_ms=1_000)
+    customers = b.table("customers", name="customers", history_ms=1_000)
+    orders.join(customers, lambda order: order["customer"], pair, name="J").to_stream().to("out")
+    with TopologyTestDriver(b, {"application.id": "app"}, partitions=2) as d:
+        out = d.output_topic("out")
+        d.input_topic("customers").pipe("c1", ADA, timestamp=100)
+        d.input_topic("orders").pipe("o1", O1, timestamp=100)
+        d.input_topic("customers").pipe("c1", BOB, timestamp=50)  # older: history only
+        d.input_topic("orders").pipe("o1", O2, timestamp=60)  # older: history only
+        assert out.read_key_values() == [("o1", [O1, ADA])]
+        d.input_topic("customers").pipe("c1", BOB, timestamp=200)
+        assert out.read_key_values() == [("o1", [O1, BOB])]
+        assert d.store("J-store").all() == {"o1": [O1, BOB]}
