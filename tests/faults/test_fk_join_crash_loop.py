@@ -80,10 +80,13 @@ def _produce_round(
     produce_records(settings, topics[1], customers, STR, JSON)
 
 
-@pytest.mark.duration(90)
+@pytest.mark.duration(120)
+@pytest.mark.parametrize("survivors", [0, 1])
 def test_a_foreign_key_join_ends_as_the_join_of_its_tables_through_random_kills(
-    own_broker, worker_factory
+    own_broker, worker_factory, survivors: int
 ):
+    """``survivors``: workers beside the one killed, which take its tasks over (restoring
+    the join's stores from their changelogs) and hand them back."""
     rng = random.Random(SEED)
     bootstrap = own_broker.bootstrap
     settings = load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
@@ -96,17 +99,22 @@ def test_a_foreign_key_join_ends_as_the_join_of_its_tables_through_random_kills(
             TopicSpec(out, ORDER_PARTITIONS),
         ]
     )
-    worker = worker_factory(
-        "fk",
-        settings={
-            "bootstrap.servers": bootstrap,
-            "processing.guarantee": "exactly_once_v2",
-            "commit.interval.ms": 300,
-        },
-        args=["--app", "tests.integration.fk_join_app:build"],
-        env={"PYTHONPATH": REPO, TOPICS_ENV: f"{orders_t},{customers_t},{out}"},
-    )
-    worker.wait_ready(90)
+    workers = [
+        worker_factory(
+            f"fk-{n}",
+            settings={
+                "bootstrap.servers": bootstrap,
+                "processing.guarantee": "exactly_once_v2",
+                "commit.interval.ms": 300,
+            },
+            args=["--app", "tests.integration.fk_join_app:build"],
+            env={"PYTHONPATH": REPO, TOPICS_ENV: f"{orders_t},{customers_t},{out}"},
+        )
+        for n in range(1 + survivors)
+    ]
+    for worker in workers:
+        worker.wait_ready(90)
+    worker = workers[0]
     tables = Tables()
     for kill in range(KILLS):
         _produce_round(settings, (orders_t, customers_t), kill, rng, tables)
@@ -127,4 +135,5 @@ def test_a_foreign_key_join_ends_as_the_join_of_its_tables_through_random_kills(
             assert customer in tables.had.get(order["customer"], [None]), (pk, value, SEED)
         last[pk] = value
     assert {pk: v for pk, v in last.items() if v is not None} == expected, f"seed {SEED}"
-    assert worker.terminate() == 0
+    for worker in workers:
+        assert worker.terminate() == 0
