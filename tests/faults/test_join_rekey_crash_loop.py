@@ -2,16 +2,20 @@
 again (issue 31 item 7), judged by a plain read_committed consumer on Kafka.
 
 Payments keyed by card are re-keyed by account through a repartition topic, left-joined
-with an account table loaded before they start, written out, and re-keyed by the
+as of their time with a versioned account table, written out, and re-keyed by the
 joined region through a second repartition topic into per-region totals
-(tests/apps/enriched_totals.py). Three workers run it under exactly-once with a standby
-per task while payments flow; a random one is SIGKILLed about every 10 s for a minute
-and started again at once over its state dir (tests/support/eos_scenario.py, as the
-counting app's crash loop). Afterwards a read_committed reader finds, on each output
-topic, exactly one record per payment: each enriched payment equal to the plain-Python
-join of it with the table, each region's totals counting 1..n once each and adding each
-payment's amount once; and the totals store, in its changelog and through the query API,
-and the table, through the query API, equal the recount.
+(tests/apps/enriched_totals.py). The table is loaded, at a time before every payment,
+before the workers start; while the payments flow it keeps changing (new regions and
+deletions), each change at a time after every payment, so that the as-of join of every
+payment is known whatever the order the workers see the two topics in. Three workers
+run it under exactly-once with a standby per task; a random one is SIGKILLed about
+every 10 s for a minute and started again at once over its state dir
+(tests/support/eos_scenario.py, as the counting app's crash loop). Afterwards a
+read_committed reader finds, on each output topic, exactly one record per payment: each
+enriched payment equal to the plain-Python join of it with the table as loaded, each
+region's totals counting 1..n once each and adding each payment's amount once; the
+totals store, in its changelog and through the query API, equals the recount, and the
+table, through the query API, holds every account's last change.
 
 On Kafka only: the test broker serves an aborted transaction's records to read_committed
 readers (docs/platform-notes.md), so there the side reading a repartition topic would
@@ -53,6 +57,9 @@ ACCOUNTS = [f"acct-{i:03d}" for i in range(150)]
 REGIONS = [f"region-{i}" for i in range(8)]
 SEED = 20261128
 RATE_PER_TICK, TICK = 20, 0.1  # 200 payments/s
+CHANGES_PER_S = 2
+# The table as loaded is a version this much before the test; its changes, after.
+PAST_MS, FUTURE_MS = 60_000, 600_000
 REPO = str(Path(__file__).resolve().parents[2])  # so --app can import tests.*
 APP = "tests.apps.enriched_totals:build"
 
@@ -61,6 +68,33 @@ Keyed = list[tuple[str, dict[str, Any]]]
 
 def payment(rng: random.Random, n: int) -> dict[str, Any]:
     return {"id": n, "account": rng.choice(ACCOUNTS), "amount": rng.randint(1, 100)}
+
+
+class TableChanges:
+    """Changes of account rows (a new region, or a deletion), each a version later than
+    every payment; ``latest`` is the table they leave, ``produce`` runs on a feeder thread."""
+
+    def __init__(self, bootstrap: str, table: dict[str, dict[str, str]], seed: int) -> None:
+        self._settings = load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
+        self._rng = random.Random(seed)
+        self._at = int(time.time() * 1000) + FUTURE_MS
+        self.latest: dict[str, dict[str, str] | None] = dict(table)
+
+    def produce(self, count: int) -> None:
+        changes: list[tuple[str, dict[str, str] | None]] = [
+            (
+                self._rng.choice(ACCOUNTS),
+                None if self._rng.random() < 0.2 else {"region": self._rng.choice(REGIONS)},
+            )
+            for _ in range(count)
+        ]
+        times = range(self._at, self._at + count)  # distinct, so none replaces another
+        self._at += count
+        assert (
+            produce_records(self._settings, app.ACCOUNTS, changes, STR, JSON, timestamps=times)
+            == count
+        )
+        self.latest.update(changes)
 
 
 class Reference:
@@ -148,11 +182,18 @@ def test_a_rekeyed_join_and_aggregation_give_one_output_per_input_through_kill_l
     # A tenth of the accounts have no row: their payments join None (region "none").
     table = {a: {"region": rng.choice(REGIONS)} for a in ACCOUNTS if rng.random() < 0.9}
     settings = load(None, {"bootstrap.servers": bootstrap}, environ={}).settings
-    assert produce_records(settings, app.ACCOUNTS, table.items(), STR, JSON) == len(table)
+    loaded_at = [int(time.time() * 1000) - PAST_MS] * len(table)
+    assert produce_records(
+        settings, app.ACCOUNTS, table.items(), STR, JSON, timestamps=loaded_at
+    ) == len(table)
+    changes = TableChanges(bootstrap, table, SEED)
     workers = start_workers(
         worker_factory, eos_settings(bootstrap), app=APP, env={"PYTHONPATH": REPO}
     )
-    with SteadyProducer(inputs, per_tick=RATE_PER_TICK, tick=TICK):
+    with (
+        SteadyProducer(inputs, per_tick=RATE_PER_TICK, tick=TICK),
+        SteadyProducer(changes, per_tick=1, tick=1 / CHANGES_PER_S),
+    ):
         kills = kill_loop(workers, rng)  # a minute
     stopped = time.monotonic()
     n = len(inputs.sent)
@@ -172,15 +213,15 @@ def test_a_rekeyed_join_and_aggregation_give_one_output_per_input_through_kill_l
     assert not problems, f"(seed {SEED}) " + "; ".join(problems)
 
     alive = next(w for w in workers if w.alive)
+
+    def answers() -> tuple[dict[str, Any], dict[str, Any]]:
+        totals = queried(alive, app.TOTALS, truth.totals)
+        counted = {r: v and {k: v[k] for k in ("count", "amount")} for r, v in totals.items()}
+        return counted, queried(alive, app.ACCOUNTS_STORE, ACCOUNTS)
+
+    want = (truth.totals, {a: changes.latest.get(a) for a in ACCOUNTS})
     wait_until(
-        lambda: (
-            {
-                region: value and {k: value[k] for k in ("count", "amount")}
-                for region, value in queried(alive, app.TOTALS, truth.totals).items()
-            }
-            == truth.totals
-        ),
+        lambda: answers() == want,
         60,
-        message="the query API answers every region's recount",
+        message=lambda: f"the query API answers the recount and the last changes: {answers()}",
     )
-    assert queried(alive, app.ACCOUNTS_STORE, ACCOUNTS) == {a: table.get(a) for a in ACCOUNTS}
