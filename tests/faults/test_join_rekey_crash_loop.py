@@ -99,7 +99,8 @@ class TableChanges:
 
 class Reference:
     """What the topology should give for the payments sent, computed in plain Python:
-    each payment's account's region from the table as loaded (never changed after)."""
+    each payment's account's region from the table as loaded (the table's changes are
+    versions later than every payment, so no payment joins them)."""
 
     def __init__(self, sent: Keyed, table: dict[str, dict[str, str]]) -> None:
         self.payments = [value for _, value in sent]
