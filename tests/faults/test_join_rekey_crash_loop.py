@@ -172,7 +172,7 @@ def _stored_totals(bootstrap: str, application_id: str) -> dict[str, dict[str, i
     }
 
 
-@pytest.mark.duration(120)
+@pytest.mark.duration(100)
 def test_a_rekeyed_join_and_aggregation_give_one_output_per_input_through_kill_loops(
     own_broker, worker_factory, record_property
 ):
