@@ -139,16 +139,22 @@ class MemberJoins:
         self._transition(MemberState.REVOKING if revoked else MemberState.STABLE)
         return [Assigned(assignment, revoked)]
 
+    def join_due(self, consumer: KafkaConsumer) -> bool:
+        """Whether a join should start (step 4): the member is not stable (never joined,
+        lost, a failed join, the follow-up round), a rebalance was requested, it is
+        leaving, or kafka-python learnt of a rebalance (a heartbeat, metadata)."""
+        return (
+            self._fsm.state is not MemberState.STABLE
+            or self._rebalance_reason is not None
+            or (self._leaving and not self._leaving_joined)
+            or group_coordinator.needs_rejoin(consumer)
+        )
+
     def _maybe_join(self, consumer: KafkaConsumer) -> None:
         """Step 4."""
         follow_up = self._fsm.state is MemberState.REVOKING
         leave = self._leaving and not self._leaving_joined
-        if not (
-            self._fsm.state is not MemberState.STABLE  # never joined, lost, failed, follow-up
-            or self._rebalance_reason is not None
-            or leave
-            or group_coordinator.needs_rejoin(consumer)
-        ):
+        if not self.join_due(consumer):
             return
         if not self._metadata_known(consumer):
             return

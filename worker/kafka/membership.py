@@ -206,6 +206,19 @@ class GroupMember:
         return self._fsm.state in (MemberState.JOINING, MemberState.SYNCING, MemberState.REVOKING)
 
     @property
+    def settled(self) -> bool:
+        """In a generation whose round is over with no other due (:meth:`MemberJoins.
+        join_due`): what the worker needs to run, as Kafka Streams' RUNNING needs its
+        rebalance completed. False before the first round, once dropped and when a
+        heartbeat learnt the group is rebalancing. An empty assignment may be settled."""
+        consumer = self._consumer
+        return (
+            consumer is not None
+            and self._fsm.state is MemberState.STABLE
+            and not self._joins.join_due(consumer)
+        )
+
+    @property
     def assigned_partitions(self) -> frozenset[TP]:
         """What the group gave this member: exactly the source partitions of its actives."""
         owned = self._consumer.assignment() if self._consumer is not None else ()
