@@ -15,7 +15,7 @@ scale-out's moved tasks stall no longer than a staying one may, and each task's
 changelog shows one writer at a time, a new one only after its predecessor's release
 marker (:func:`check_one_writer_at_a_time`). So do the tasks of a worker stopped with
 SIGTERM (a graceful scale-in): it keeps processing them while the group moves them, and
-releases them before it leaves (worker/kafka/membership.py, "Leaving gracefully"), so
+releases them before it leaves (worker/kafka/member_joins.py, "Leaving gracefully"), so
 their output hides no longer than a staying task's may.
 """
 

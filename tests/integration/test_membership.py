@@ -24,7 +24,8 @@ from worker.assignment.task_id import TP, TaskId
 from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.kafka.admin import Admin
-from worker.kafka.membership import Assigned, GroupMember, Lost, MembershipEvent, MemberState
+from worker.kafka.member_states import Assigned, Lost, MembershipEvent, MemberState
+from worker.kafka.membership import GroupMember
 from worker.observability import Metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
