@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from worker.dsl.plan import Compilation
+from worker.dsl.plan import Compilation, RepartitionTopic
 from worker.errors import TopologyError
 from worker.operators import stateless
-from worker.operators.joins import stream_stream, stream_table, table_table
+from worker.operators.joins import foreign_key, stream_stream, stream_table, table_table
+from worker.operators.joins.foreign_key import (
+    FkKind,
+    ForeignKeyExtractor,
+    ForeignKeySerdes,
+    ForeignKeyTopics,
+)
 from worker.operators.joins.kinds import Joiner, Kind, check_join
 from worker.operators.joins.stream_table import KeyMapper
 from worker.processing.join_windows import JoinWindows
@@ -162,6 +168,60 @@ def table_table_join(
     return KTable(builder, node, table.key_serde, serde, store)
 
 
+def foreign_key_join(
+    table: KTable,
+    other: KTable,
+    foreign_key_extractor: ForeignKeyExtractor,
+    joiner: Joiner,
+    *,
+    kind: FkKind,
+    name: str | None,
+    value_serde: Serde | None,
+) -> KTable:
+    """``table`` joined with the row of ``other`` that ``foreign_key_extractor(value)``
+    names (``operators/joins/foreign_key.py``), through ``<application.id>-<name>-
+    subscription-repartition`` (keyed by foreign key, as many partitions as ``other``)
+    and ``-response-repartition`` (keyed by ``table``'s key, as many as ``table``): a
+    table in store ``<name>-store``."""
+    from worker.dsl.table import KTable
+
+    builder = table._builder
+    node = builder._plan.name(f"KTABLE-FK-{kind.upper()}JOIN", name)
+    check_join(node, kind, joiner)
+    if not callable(foreign_key_extractor):
+        raise TopologyError(f"join {node!r}: foreign_key_extractor must be callable")
+    left, right = _materialized(table, node), _materialized(other, node)
+    serde = value_serde or table.value_serde
+    store = f"{node}-store"
+    serdes = ForeignKeySerdes(
+        table.key_serde, table.value_serde, other.key_serde, other.value_serde, serde
+    )
+
+    def write(c: Compilation) -> None:
+        names = (f"{node}-subscription", f"{node}-response")
+        topics = ForeignKeyTopics(*(c.repartition_topic(n) for n in names))
+        foreign_key.add_foreign_key_join(
+            c.topology,
+            store,
+            (left[1], left[0]),
+            (right[1], right[0]),
+            foreign_key_extractor,
+            joiner,
+            kind=kind,
+            topics=topics,
+            serdes=serdes,
+        )
+        c.topology.add_processor(node, stateless.passing, foreign_key.result_parents(store))
+        sinks = foreign_key.internal_sinks(store)
+        for internal, topic, sink in zip(
+            names, (topics.subscription, topics.response), sinks, strict=True
+        ):
+            c.repartitions.append(RepartitionTopic(internal, topic, sink))
+
+    builder._plan.add("join", node, write)
+    return KTable(builder, node, table.key_serde, serde, store)
+
+
 def _materialized(table: KTable, join: str) -> tuple[str, str]:
     """``(the store holding table's rows, the node forwarding its changes once the store
     holds them)``. A table computed as it flows (``filter``, ``map_values``) gets a store,
@@ -193,6 +253,7 @@ def builder_global_table(
 __all__ = [
     "GlobalKTable",
     "builder_global_table",
+    "foreign_key_join",
     "stream_stream_join",
     "stream_table_join",
     "table_table_join",

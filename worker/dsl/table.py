@@ -20,7 +20,7 @@ from worker.serde import JSON, Serde
 if TYPE_CHECKING:
     from worker.dsl.builder import StreamsBuilder
     from worker.dsl.stream import KStream
-    from worker.operators.joins.kinds import Kind
+    from worker.operators.joins.foreign_key import FkKind
 
 
 class KTable:
@@ -83,25 +83,34 @@ class KTable:
     def join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner_or_extractor: Callable[..., Any],
+        joiner: Callable[[Any, Any], Any] | None = None,
         *,
         name: str | None = None,
         value_serde: Serde | None = None,
     ) -> KTable:
-        """The rows whose key both tables hold, ``joiner(this row, other row)``, updated
-        from either side; a row that goes away is a tombstone."""
-        return self._join(other, joiner, "inner", name, value_serde)
+        """``join(other, joiner)``: the rows whose key both tables hold, ``joiner(this
+        row, other row)``, updated from either side; a row that goes away is a tombstone.
+
+        ``join(other, foreign_key_extractor, joiner)``: each row joined with the row of
+        ``other`` whose key is ``foreign_key_extractor(this row)`` (KIP-213), through a
+        subscription and a response topic; no co-partitioning needed. Rows without a
+        match (or without a foreign key) are not in the result."""
+        return self._join(other, joiner_or_extractor, joiner, "inner", name, value_serde)
 
     def left_join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner_or_extractor: Callable[..., Any],
+        joiner: Callable[[Any, Any], Any] | None = None,
         *,
         name: str | None = None,
         value_serde: Serde | None = None,
     ) -> KTable:
-        """Every row of this table, joined with the other's row or ``None``."""
-        return self._join(other, joiner, "left", name, value_serde)
+        """Every row of this table, joined with the other's row or ``None``: by key
+        (``left_join(other, joiner)``) or by foreign key (``left_join(other,
+        foreign_key_extractor, joiner)``, as :meth:`join`)."""
+        return self._join(other, joiner_or_extractor, joiner, "left", name, value_serde)
 
     def outer_join(
         self,
@@ -112,19 +121,32 @@ class KTable:
         value_serde: Serde | None = None,
     ) -> KTable:
         """Every row of either table, joined with the other's row or ``None``."""
-        return self._join(other, joiner, "outer", name, value_serde)
+        from worker.dsl.joins import table_table_join
+
+        return table_table_join(
+            self, other, joiner, kind="outer", name=name, value_serde=value_serde
+        )
 
     def _join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
-        kind: Kind,
+        first: Callable[..., Any],
+        joiner: Callable[[Any, Any], Any] | None,
+        kind: FkKind,
         name: str | None,
         value_serde: Serde | None,
     ) -> KTable:
-        from worker.dsl.joins import table_table_join
+        """A join on the key (no ``joiner``: ``first`` is the joiner) or by foreign key
+        (``first`` extracts it)."""
+        from worker.dsl.joins import foreign_key_join, table_table_join
 
-        return table_table_join(self, other, joiner, kind=kind, name=name, value_serde=value_serde)
+        if joiner is None:
+            return table_table_join(
+                self, other, first, kind=kind, name=name, value_serde=value_serde
+            )
+        return foreign_key_join(
+            self, other, first, joiner, kind=kind, name=name, value_serde=value_serde
+        )
 
     def group_by(
         self,
