@@ -22,6 +22,7 @@ from worker.endpoint import is_wildcard
 from worker.events import WORKER_STARTING, WORKER_STOPPED
 from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.member_states import Lost, MembershipEvent
+from worker.laps import Laps
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.assembly import Hooks, Outcome, Runtime, assemble
@@ -76,6 +77,7 @@ class Worker:
         self._incoming: frozenset[TaskId] = frozenset()  # moved here, not active here yet
         self._saved_member_id: str | None = None
         self._broker_connected = True
+        self._laps = Laps("loop.slow_iteration", self.clock.monotonic, component="loop")
 
     # -- control from other threads (signal handlers) --------------------------------
 
@@ -254,14 +256,20 @@ class Worker:
 
         Raises fatal errors (the run then enters ERROR).
         """
+        laps = self._laps
+        laps.start()
         events = rt.member.poll()
+        laps.lap("member_poll")
         if events:
             self._on_membership(rt, events)
-        now = rt.loop.step()
+            laps.lap("membership")
+        now = rt.loop.step(laps)
         self._check_broker(rt)
         self._observe_availability(rt)
         rt.topic_watch.check(now)
         self._follow_group(rt, now)
+        laps.lap("follow")
+        laps.finish(member=rt.member.state.value)
 
     def _follow_group(self, rt: Runtime, now: float) -> None:
         """RUNNING once settled, REBALANCING while not; publish or just beat the heart
