@@ -33,6 +33,7 @@ from worker.serde import Serde
 
 if TYPE_CHECKING:
     from worker.dsl.builder import StreamsBuilder
+    from worker.dsl.handle import Handle
     from worker.dsl.stream import KStream
     from worker.dsl.table import KTable
 
@@ -70,7 +71,7 @@ def stream_table_join(
     else:
         if key_mapper is not None:
             raise TopologyError(f"join {node!r}: key_mapper is for global tables only")
-        source, (store, _node) = builder._repartitioned(stream, node), _materialized(table, node)
+        source, (_node, store) = builder._repartitioned(stream, node), _materialized(table, node)
     check_join(node, "left" if left else "inner", joiner)
 
     def write(c: Compilation) -> None:
@@ -105,8 +106,7 @@ def stream_stream_join(
     from worker.dsl.stream import KStream
 
     builder = stream._builder
-    node = builder._plan.name(f"KSTREAM-{kind.upper()}JOIN", name)
-    check_join(node, kind, joiner)
+    node = _join_node(stream, f"KSTREAM-{kind.upper()}JOIN", name, kind, joiner)
     if not isinstance(windows, JoinWindows):
         raise TopologyError(f"join {node!r}: windows must be a JoinWindows")
     left = builder._repartitioned(stream, f"{node}-left")
@@ -145,8 +145,7 @@ def table_table_join(
     from worker.dsl.table import KTable
 
     builder = table._builder
-    node = builder._plan.name(f"KTABLE-{kind.upper()}JOIN", name)
-    check_join(node, kind, joiner)
+    node = _join_node(table, f"KTABLE-{kind.upper()}JOIN", name, kind, joiner)
     left, right = _materialized(table, node), _materialized(other, node)
     serde = value_serde or table.value_serde
     store = f"{node}-store"
@@ -155,8 +154,8 @@ def table_table_join(
         table_table.add_table_table_join(
             c.topology,
             store,
-            (left[1], left[0]),
-            (right[1], right[0]),
+            left,
+            right,
             joiner,
             kind=kind,
             key_serde=table.key_serde,
@@ -186,8 +185,7 @@ def foreign_key_join(
     from worker.dsl.table import KTable
 
     builder = table._builder
-    node = builder._plan.name(f"KTABLE-FK-{kind.upper()}JOIN", name)
-    check_join(node, kind, joiner)
+    node = _join_node(table, f"KTABLE-FK-{kind.upper()}JOIN", name, kind, joiner)
     if not callable(foreign_key_extractor):
         raise TopologyError(f"join {node!r}: foreign_key_extractor must be callable")
     left, right = _materialized(table, node), _materialized(other, node)
@@ -203,8 +201,8 @@ def foreign_key_join(
         foreign_key.add_foreign_key_join(
             c.topology,
             store,
-            (left[1], left[0]),
-            (right[1], right[0]),
+            left,
+            right,
             foreign_key_extractor,
             joiner,
             kind=kind,
@@ -222,19 +220,28 @@ def foreign_key_join(
     return KTable(builder, node, table.key_serde, serde, store)
 
 
+def _join_node(side: Handle, prefix: str, name: str | None, kind: Kind, joiner: Joiner) -> str:
+    """The join's node, ``name`` or ``<prefix>-<counter>``, once ``joiner`` is known to
+    suit ``kind`` (so the error names the join)."""
+    node = side._builder._plan.name(prefix, name)
+    check_join(node, kind, joiner)
+    return node
+
+
 def _materialized(table: KTable, join: str) -> tuple[str, str]:
-    """``(the store holding table's rows, the node forwarding its changes once the store
-    holds them)``. A table computed as it flows (``filter``, ``map_values``) gets a store,
-    ``<join>-<its node>``, kept by a node after it."""
+    """``(the node forwarding table's changes once its store holds them, that store)``,
+    the order the table-table operators take a side in. A table computed as it flows
+    (``filter``, ``map_values``) gets a store, ``<join>-<its node>``, kept by a node
+    after it."""
     if table.store is not None:
-        return table.store, table.node
+        return table.node, table.store
     builder = table._builder
     store = f"{join}-{table.node}"
     builder._add_store(store, table.key_serde, table.value_serde)
     node = builder._processor(
         "KTABLE-MATERIALIZE", stateless.materializing(store), [table.node], None, [store]
     )
-    return store, node
+    return node, store
 
 
 def builder_global_table(

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from worker.dsl.handle import Handle
 from worker.operators import stateless
 from worker.operators.change import ChangeSerde
 from worker.operators.table_regroup import TableAggregation, TableRegroup, table_reducer
+from worker.processing.topology import ProcessorFn
 from worker.serde import JSON, Serde
 
 if TYPE_CHECKING:
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from worker.operators.joins.foreign_key import FkKind
 
 
-class KTable:
+class KTable(Handle):
     """A table: ``store`` names where its rows are kept, when they are (``queryable``)."""
 
     def __init__(
@@ -36,10 +38,7 @@ class KTable:
         *,
         windowed: bool = False,
     ) -> None:
-        self._builder = builder
-        self.node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(builder, node, key_serde, value_serde)
         self.store = store
         self.windowed = windowed
 
@@ -75,7 +74,7 @@ class KTable:
 
         node = self.node
         if name is not None:
-            node = self._builder._processor("KTABLE-TOSTREAM", stateless.passing, [node], name, ())
+            node = self._child("KTABLE-TOSTREAM", stateless.passing, name)
         return KStream(self._builder, node, self.key_serde, self.value_serde)
 
     # -- joins (worker/dsl/joins.py, docs/joins.md) ------------------------------------
@@ -158,17 +157,14 @@ class KTable:
     ) -> KGroupedTable:
         """Rows re-grouped by ``selector(key, value) -> (group_key, group_value)``, for an
         aggregation with an adder and a subtractor; always through a repartition topic."""
-        return KGroupedTable(
-            self,
-            selector,
-            name,
-            key_serde or self.key_serde,
-            value_serde or self.value_serde,
-        )
+        return KGroupedTable(self, selector, name, *self._serdes(key_serde, value_serde))
 
-    def _then(self, prefix: str, fn: Any, name: str | None, value_serde: Serde | None) -> KTable:
-        node = self._builder._processor(prefix, fn, [self.node], name, ())
-        return KTable(self._builder, node, self.key_serde, value_serde or self.value_serde, None)
+    def _then(
+        self, prefix: str, fn: ProcessorFn, name: str | None, value_serde: Serde | None
+    ) -> KTable:
+        """The table out of processor ``fn`` after this one, computed as it flows (no store)."""
+        node = self._child(prefix, fn, name)
+        return KTable(self._builder, node, *self._serdes(None, value_serde), None)
 
 
 class KGroupedTable:
