@@ -59,7 +59,17 @@ class StreamTableJoin:
             return
         grace = self.grace
         if grace is None or key is None:
-            self._join(ctx, key, value, None)
+            if key is None or self.key_mapper is not None:
+                self._join(ctx, key, value, None)
+                return
+            # ``_join`` of a keyed record, inline: the per-record path of most joins.
+            store = ctx.store(self.table)
+            if isinstance(store, VersionedKeyValueStore):
+                other = store.get_as_of(key, ctx.timestamp)
+            else:
+                other = store.get(key)
+            if other is not None or self.left:
+                ctx.forward(key, self.joiner(value, other))
             return
         buffer = GraceBuffer(ctx.store(grace.store))
         upto = max(buffer.observed_ms(), ctx.timestamp) - grace.grace_ms
