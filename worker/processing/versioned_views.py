@@ -90,7 +90,11 @@ class VersionedKeyValueStore:
         """The value of ``key`` valid at ``as_of_ms``, or None (also below the history).
         A stream-table join calls this per record: the serdes' fast paths, as the
         key-value view's ``get``, and no version built."""
-        data = self._value_as_of(self._key(key), as_of_ms)
+        try:  # ``_key`` inline
+            raw_key = self._encode_key(key) if key is not None else None
+        except Exception:
+            raw_key = None
+        data = self._value_as_of(self._key(key) if raw_key is None else raw_key, as_of_ms)
         if data is None:
             return None
         try:

@@ -35,7 +35,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from worker.clock import MAX_TIME_MS
 from worker.state import versioned_format as fmt
@@ -49,6 +49,7 @@ from worker.state.store_scans import cursor
 from worker.state.window_format import decode_meta, encode_meta
 
 _LATEST, _HEAD, _unpack_head = fmt.LATEST_PREFIX, fmt.LATEST_HEAD.size, fmt.LATEST_HEAD.unpack_from
+_ABSENT: Any = object()  # a key not in the write buffer or the read cache
 _FLAG = _HEAD - 1  # the newest version's value flag: its header's last byte
 MIN_SWEEP_KEYS = 1000  # keys one history sweep examines, at the least
 _LATEST_END = prefix_upper_bound(fmt.LATEST_PREFIX)
@@ -279,7 +280,12 @@ class VersionedStore(Store):
         if as_of_ms < self._read_floor:
             return None
         lkey = _LATEST + key
-        stored = self.get(lkey)
+        read = self._read_path  # Store.get inline, as the typed views read
+        stored: Any = read.buffered(lkey, _ABSENT)
+        if stored is _ABSENT:
+            stored = read.cached(lkey, _ABSENT)
+            if stored is _ABSENT:
+                stored = read.miss(lkey)
         if stored is None:
             return None
         if as_of_ms >= self.observed_ms and len(stored) >= _HEAD:
