@@ -70,7 +70,7 @@ class Params:
     sweep_keys: int = 100_000  # keys of the sweep's own store
 
 
-FULL = Params(payments=200_000, accounts=10_000)
+FULL = Params(payments=200_000, accounts=10_000, reps=7)
 QUICK = Params(payments=10_000, accounts=500, reps=1, commit_every=5_000, sweep_keys=5_000)
 
 
@@ -279,6 +279,12 @@ def report(measured: Measured, plot_path: PlotPath) -> Result:
     }
     headers = ["us per record", *(f"run {i + 1}" for i in range(len(measured.cpu_us[WAYS[0]])))]
     rows = [[way, *(f"{v:.2f}" for v in measured.cpu_us[way])] for way in WAYS]
+    hand_runs = measured.cpu_us["by hand"]
+    rows += [
+        [f"{way} ÷ by hand, same round",
+         *(f"{v / h:.2f}" for v, h in zip(measured.cpu_us[way], hand_runs, strict=True))]
+        for way in ("join", "versioned join")
+    ]  # fmt: skip
     rows += [
         ["history sweep, per key examined, nothing to prune",
          *(f"{v:.2f}" for v in measured.idle_sweep_us)],

@@ -58,7 +58,7 @@ class Params:
     commit_every: int = 30_000
 
 
-FULL = Params(records=100_000, keys=20_000, rate=200, windows_s=(10, 60, 300))
+FULL = Params(records=100_000, keys=20_000, rate=200, windows_s=(10, 60, 120))
 QUICK = Params(records=5_000, keys=200, rate=100, windows_s=(5, 30), reps=1, commit_every=2_000)
 
 
