@@ -1,4 +1,5 @@
-"""A versioned store's older versions of one key: committed ones merged with this commit's.
+"""A versioned store's older versions of one key: committed ones merged with this commit's;
+what a history sweep did.
 
 A store scan merges the write buffer by copying every buffered key of its range, which
 means walking the whole buffer: once per as-of read into history, per pruned key and per
@@ -14,12 +15,24 @@ store goes through both the write buffer and :meth:`PendingHistory.record`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import cast
 
 from worker.state import versioned_format as fmt
 from worker.state.scan import Cursor
 
 _NONE: Mapping[int, bytes | None] = {}
+MIN_SWEEP_KEYS = 1000  # keys one history sweep examines, at the least
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySwept:
+    """One history sweep: keys examined, entries deleted (older versions and dead keys'
+    newest), and whether keys are left for the next sweep (``more``)."""
+
+    examined: int
+    deleted: int
+    more: bool
 
 
 class PendingHistory:

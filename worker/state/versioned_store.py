@@ -13,11 +13,12 @@ counted (:attr:`VersionedStore.dropped_writes`). Versions no read may return any
 superseded at or before the cutoff, a leading tombstone) are deleted when their key is
 written next, and by :meth:`VersionedStore.sweep_history`, which the task runs before
 each commit: it walks the keys in order, a slice per commit (at least
-:data:`MIN_SWEEP_KEYS`, more when more was written), prunes each key's history the same
-way and deletes a key whose newest version is a tombstone at or before the cutoff, so a
-key never written again loses its old versions too. Both delete with changelog
-tombstones: the changelog is compacted like any key-value store's, so a compacted
-changelog holds about what the store holds, and a restore does not bring them back.
+``versioned_history.MIN_SWEEP_KEYS``, more when more was written; idle while the cutoff
+stands still), prunes each key's history the same way and deletes a key whose newest
+version is a tombstone at or before the cutoff, so a key never written again loses its
+old versions too. Both delete with changelog tombstones: the changelog is compacted like
+any key-value store's, so a compacted changelog holds about what the store holds, and a
+restore does not bring them back.
 
 **One store, one batch.** Every version, deletion and the observed time go through the
 write buffer: the commit writes them with the changelog offsets in one atomic batch and
@@ -33,7 +34,6 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
@@ -51,7 +51,6 @@ from worker.state.window_format import decode_meta, encode_meta
 _LATEST, _HEAD, _unpack_head = fmt.LATEST_PREFIX, fmt.LATEST_HEAD.size, fmt.LATEST_HEAD.unpack_from
 _ABSENT: Any = object()  # a key not in the write buffer or the read cache
 _FLAG = _HEAD - 1  # the newest version's value flag: its header's last byte
-MIN_SWEEP_KEYS = 1000  # keys one history sweep examines, at the least
 _LATEST_END = prefix_upper_bound(fmt.LATEST_PREFIX)
 _HISTORY_SPACE = KeyRange(fmt.HISTORY_PREFIX, fmt.LATEST_PREFIX)
 _NEVER = -(2**63)  # the cutoff of a store never swept to the end
@@ -64,16 +63,6 @@ class Put(enum.StrEnum):
     LATEST = "latest"
     HISTORY = "history"
     REJECTED = "rejected"
-
-
-@dataclass(frozen=True, slots=True)
-class HistorySwept:
-    """One history sweep: keys examined, entries deleted (older versions and dead keys'
-    newest), and whether keys are left for the next sweep (``more``)."""
-
-    examined: int
-    deleted: int
-    more: bool
 
 
 def check_history(history_ms: object) -> int:
@@ -91,7 +80,7 @@ class VersionedStore(Store):
     observed_ms: int  # -1 before the first write
     _read_floor: int  # reads as of a time below this return nothing: max(cutoff, 0)
     dropped_writes: int
-    sweep_min_keys: int = MIN_SWEEP_KEYS  # a smaller slice in tests
+    sweep_min_keys: int = older_versions.MIN_SWEEP_KEYS  # a smaller slice in tests
     _observed_unwritten: bool
     _writes: int  # versions written since the last sweep: the next sweep's budget
     _sweep_from: bytes | None  # where the sweep goes on; None: at the start of a pass
@@ -214,7 +203,7 @@ class VersionedStore(Store):
 
     # -- the history sweep -----------------------------------------------------------
 
-    def sweep_history(self) -> HistorySwept:
+    def sweep_history(self) -> older_versions.HistorySwept:
         """Prune the next slice of keys (see the module doc); the caller commits next.
 
         Steps: 1. a pass that found nothing to do at this cutoff stays idle until the
@@ -229,7 +218,7 @@ class VersionedStore(Store):
         if start is None:
             if cutoff <= self._swept_cutoff:
                 self._writes = 0
-                return HistorySwept(0, 0, False)
+                return older_versions.HistorySwept(0, 0, False)
             self._pass_cutoff, start = cutoff, fmt.LATEST_PREFIX
         budget = max(self._writes, self.sweep_min_keys)
         self._writes = 0
@@ -241,7 +230,7 @@ class VersionedStore(Store):
             self._sweep_from = successor(entries[-1][0])
         else:
             self._sweep_from, self._swept_cutoff = None, self._pass_cutoff
-        return HistorySwept(len(entries), deleted, more)
+        return older_versions.HistorySwept(len(entries), deleted, more)
 
     def _sweep_key(self, lkey: bytes, latest: fmt.Latest, cutoff_ms: int) -> int:
         """Prune one key found by the sweep; the entries deleted."""
