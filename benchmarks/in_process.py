@@ -1,57 +1,18 @@
-"""Measuring a topology's CPU per record in a process of its own, through the task layer.
+"""A topology's CPU per record through the task layer, over records fetched beforehand.
 
 The join benchmarks compare topologies by the CPU time of the one thread doing the work
-(``time.thread_time``) over records fetched beforehand, as :mod:`benchmarks.dsl_cost`
-does: the work runs in a spawned process (RocksDB's threads and a fresh heap, as
-:mod:`benchmarks.per_record` explains), which sends back what it measured.
+(``time.thread_time``), as :mod:`benchmarks.dsl_cost` does, in a process of their own
+(:func:`benchmarks.spawned.measure_in_child`).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-import traceback
-from collections.abc import Callable
 from typing import Any
 
-from benchmarks.harness import BenchmarkFailed, RunContext
-from benchmarks.per_record import _stop
 from benchmarks.task_layer import RunningTasks
-from worker.observability import configure_logging
 
 BATCH = 500  # records handed to the router at once (what one consume returns under load)
-
-
-def in_child(ctx: RunContext, work: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
-    """``work(*args)`` in a spawned process (a module-level function, picklable
-    arguments), stopped by its handle when the benchmark ends; what it returned.
-
-    Raises:
-        BenchmarkFailed: it raised (its traceback in the message), or sent nothing in
-            ``timeout_s``.
-    """
-    spawn = multiprocessing.get_context("spawn")
-    receiver, sender = spawn.Pipe(duplex=False)
-    child = spawn.Process(target=_serve, args=(work, args, sender))
-    ctx.own(child.start, lambda: _stop(child))
-    sender.close()
-    if not receiver.poll(timeout_s):
-        raise BenchmarkFailed(f"the measuring process sent nothing in {timeout_s:.0f}s")
-    ok, outcome = receiver.recv()
-    child.join(30)
-    if not ok:
-        raise BenchmarkFailed(f"the measuring process failed:\n{outcome}")
-    return outcome
-
-
-def _serve(work: Callable[..., Any], args: tuple[Any, ...], sender: Any) -> None:
-    configure_logging("warning", "console")
-    try:
-        sender.send((True, work(*args)))
-    except Exception:
-        sender.send((False, traceback.format_exc(limit=8)))
-    finally:
-        sender.close()
 
 
 def feed(run: RunningTasks, records: list[Any], commit_every: int) -> None:

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import BenchmarkFailed, RunContext, new_application_id, start_broker
-from benchmarks.in_process import BATCH, cpu_us_per_record, feed, in_child
+from benchmarks.in_process import BATCH, cpu_us_per_record, feed
 from benchmarks.kafka_io import Record, create_topics, produce
 from benchmarks.results import PlotPath, Result, Row, Target, table
+from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import fetch, running_tasks
 from worker.dsl import StreamsBuilder
 from worker.processing import ProcessorContext, Topology
@@ -171,7 +172,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     produce(bootstrap, PAYMENTS, records, timestamps=times)
     records, times = _payments(params, BASE_MS, params.versions * VERSION_STEP_MS)
     produce(bootstrap, PAST_PAYMENTS, records, timestamps=times)
-    cpu_us, sweeps = in_child(
+    cpu_us, sweeps = measure_in_child(
         ctx, _cpu_runs, bootstrap, ctx.path("runs"), params, timeout_s=CHILD_TIMEOUT_S
     )
     return Measured(params, cpu_us, *sweeps)

@@ -26,9 +26,10 @@ from typing import Any
 import confluent_kafka as ck
 
 from benchmarks.harness import BenchmarkFailed, RunContext, new_application_id, start_broker
-from benchmarks.in_process import cpu_us_per_record, in_child
+from benchmarks.in_process import cpu_us_per_record
 from benchmarks.kafka_io import Record, create_topics, produce, raw_consumer
 from benchmarks.results import PlotPath, Result, Row, table
+from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import RunningTasks, fetch, running_tasks
 from worker.dsl import StreamsBuilder
 from worker.operators.joins.stream_stream import store_names
@@ -109,7 +110,9 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     for topic, seed, prefix in ((ORDERS, 0, "o"), (SHIPMENTS, 1, "s")):
         records, times = _side(params, seed, prefix)
         produce(bootstrap, topic, records, timestamps=times)
-    windows = in_child(ctx, _runs, bootstrap, ctx.path("runs"), params, timeout_s=CHILD_TIMEOUT_S)
+    windows = measure_in_child(
+        ctx, _runs, bootstrap, ctx.path("runs"), params, timeout_s=CHILD_TIMEOUT_S
+    )
     return Measured(params, windows)
 
 
