@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.processing import ProcessorContext, Topology
-from worker.processing.topology import ProcessorFn
+from worker.processing.built_topology import ProcessorFn
 from worker.processing.windows import tumbling
 from worker.serde import BYTES, JSON, STR
 from worker.windowed_serde import WindowedSerde

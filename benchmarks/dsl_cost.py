@@ -52,7 +52,7 @@ from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import fetch, running_tasks
 from worker.dsl import StreamsBuilder
 from worker.processing import ProcessorContext, Topology
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 
 NAME = "dsl_cost"
 TITLE = "The DSL's cost: a count per key against the Processor API, and a repartition hop"

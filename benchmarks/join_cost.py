@@ -38,7 +38,7 @@ from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import fetch, running_tasks
 from worker.dsl import StreamsBuilder
 from worker.processing import ProcessorContext, Topology
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.state import versioned_format as fmt
 from worker.state.rocksdb_env import MiB, RocksDBEnv

@@ -33,8 +33,8 @@ from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import RunningTasks, fetch, running_tasks
 from worker.dsl import StreamsBuilder
 from worker.operators.joins.stream_stream import store_names
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.join_windows import JoinWindows
-from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 
 NAME = "join_windows"

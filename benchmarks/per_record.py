@@ -59,7 +59,7 @@ from benchmarks.workload import (
 from worker.dev import sample_data
 from worker.examples import payments as app
 from worker.processing import ProcessorContext, Topology
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.serde import JSON, STR
 
 NAME = "per_record"

@@ -26,7 +26,7 @@ from worker.kafka.collector import RecordCollector
 from worker.kafka.consumers import DataConsumer, RestoreConsumer, WatermarkReader
 from worker.kafka.error_classifier import is_partition_eof
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.guarantee import choose_guarantee
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader

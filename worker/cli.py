@@ -28,7 +28,8 @@ from worker.dsl import StreamsBuilder
 from worker.errors import ConfigError, TopologyError, WorkerError
 from worker.kafka.client_config import check_passthrough
 from worker.observability import configure_logging, get_logger
-from worker.processing.topology import BuiltTopology, Topology
+from worker.processing.built_topology import BuiltTopology
+from worker.processing.topology import Topology
 from worker.runtime.settings_checks import check_settings
 
 DEFAULT_APP = "worker.examples.payments:build"

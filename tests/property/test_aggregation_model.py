@@ -23,7 +23,7 @@ from tests.support.window_models import (
     session_model,
     sliding_model,
 )
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.windows import hopping, session, sliding
 from worker.windowed_serde import Windowed
 

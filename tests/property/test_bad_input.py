@@ -30,7 +30,7 @@ from worker.examples import payments as app
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.status import Routing, Status, StoreStatus, TaskStatus, WorkerState
 from worker.serde import SerdeError
 from worker.state.directory import StateDirectory

@@ -25,7 +25,7 @@ from worker.operators import (
     SlidingAggregation,
     TumblingAggregation,
 )
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.windows import (
     hopping,
     session,

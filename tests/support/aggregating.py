@@ -14,9 +14,10 @@ from tests.fakes import FakeCollector
 from tests.support.feeding import feed
 from worker.clock import FakeClock
 from worker.observability import Metrics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.graph import TaskGraph
 from worker.processing.punctuators import Punctuation, TaskPunctuators
-from worker.processing.topology import BuiltTopology, Topology
+from worker.processing.topology import Topology
 from worker.processing.windows import SessionWindows, Windows
 from worker.serde import JSON, STR, Serde
 from worker.state.rocksdb_env import MiB, RocksDBEnv

@@ -14,8 +14,8 @@ from tests.fakes import FakeCollector
 from tests.support.feeding import feed
 from tests.support.restoring import restore_pairs
 from worker.observability import Metrics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.graph import TaskGraph
-from worker.processing.topology import BuiltTopology
 from worker.serde import JSON
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.store import Store

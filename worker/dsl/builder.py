@@ -17,7 +17,7 @@ from worker.dsl.stream import KStream
 from worker.dsl.table import KTable
 from worker.operators import stateless
 from worker.operators.joins.tables import add_versioned_table, table_node
-from worker.processing.topology import ProcessorFn
+from worker.processing.built_topology import ProcessorFn
 from worker.serde import JSON, STR, Serde
 
 # What a source reads when no serde is given: string keys, JSON values.

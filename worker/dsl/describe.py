@@ -18,7 +18,8 @@ Works on any ``Topology``; repartition topics are marked as such for a DSL one.
 from __future__ import annotations
 
 from worker.dsl.plan import DslTopology
-from worker.processing.topology import Subtopology, Topology
+from worker.processing.built_topology import Subtopology
+from worker.processing.topology import Topology
 
 
 def describe(topology: Topology) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from worker.processing.topology import ProcessorFn
+from worker.processing.built_topology import ProcessorFn
 from worker.serde import Serde
 
 if TYPE_CHECKING:

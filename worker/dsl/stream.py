@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from worker.dsl.handle import Handle
 from worker.errors import TopologyError
 from worker.operators import stateless
-from worker.processing.topology import ProcessorFn
+from worker.processing.built_topology import ProcessorFn
 from worker.serde import Serde
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from worker.dsl.handle import Handle
 from worker.operators import stateless
 from worker.operators.change import ChangeSerde
 from worker.operators.table_regroup import TableAggregation, TableRegroup, table_reducer
-from worker.processing.topology import ProcessorFn
+from worker.processing.built_topology import ProcessorFn
 from worker.serde import JSON, Serde
 
 if TYPE_CHECKING:

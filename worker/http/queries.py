@@ -50,7 +50,7 @@ from worker.endpoint import BadEndpoint, parse_endpoint
 from worker.http.directory import RoutingDirectory
 from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.partitioner import partition_for
-from worker.processing.topology import BuiltTopology, StoreSpec, Subtopology
+from worker.processing.built_topology import BuiltTopology, StoreSpec, Subtopology
 from worker.runtime.status import Routing, Status, StoreStatus, TaskStatus
 from worker.serde import SerdeError
 from worker.state.store import StoreClosedError

@@ -47,7 +47,7 @@ from worker.http.queries import (
     unavailable,
 )
 from worker.http.targets import echo
-from worker.processing.topology import StoreSpec, Subtopology
+from worker.processing.built_topology import StoreSpec, Subtopology
 from worker.runtime.status import Status, TaskStatus
 from worker.serde import SerdeError
 from worker.state.scan import KeyRange, ScanRangeError, check_limit, key_range, prefix_range

@@ -43,8 +43,8 @@ from worker.http.keys import BadKey, key_bytes, render_key, render_value
 from worker.http.queries import TASK_HEADER, QueryRouter, Reply, store_of, unavailable
 from worker.http.ranges import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, answer_parsed, flag
 from worker.http.targets import echo
+from worker.processing.built_topology import StoreSpec, Subtopology
 from worker.processing.join_windows import JoinWindows
-from worker.processing.topology import StoreSpec, Subtopology
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.runtime.status import Status, TaskStatus
 from worker.serde import SerdeError

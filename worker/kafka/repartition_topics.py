@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from worker.events import TOPICS_INTERNAL_UNUSED
 from worker.kafka.admin import Admin
 from worker.observability import get_logger
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.repartitions import is_repartition_topic, repartition_writers
-from worker.processing.topology import BuiltTopology
 
 
 def report_unused_internal_topics(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.admin import Admin, TopicSpec
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.internal_topics import (
     WINDOW_CHANGELOG_MARGIN_MS,
     InternalTopic,
@@ -22,7 +23,6 @@ from worker.processing.internal_topics import (
     plan_internal_topics,
 )
 from worker.processing.repartitions import repartition_writers
-from worker.processing.topology import BuiltTopology
 
 # How a missing or mis-sized topic is named in errors, by role.
 _KIND = {

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from worker.errors import TopologyError
+from worker.processing.built_topology import SinkNode, SourceNode, StoreSpec, Subtopology
 from worker.processing.context import Node, ProcessorContext, Record, RecordSink
 from worker.processing.handlers import BadRecord, RecordErrorHandler
 from worker.processing.join_windows import JoinBufferView, JoinWindows
@@ -34,7 +35,6 @@ from worker.processing.timestamps import (
     extract,
     record_time,
 )
-from worker.processing.topology import SinkNode, SourceNode, StoreSpec, Subtopology
 from worker.processing.ttl_views import TtlKeyValueStore
 from worker.processing.versioned_views import VersionedKeyValueStore, versioned_view
 from worker.processing.window_views import SessionStoreView, WindowStoreView

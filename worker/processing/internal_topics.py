@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from worker.errors import TopologyError
-from worker.processing.topology import BuiltTopology, StoreSpec
+from worker.processing.built_topology import BuiltTopology, StoreSpec
 
 # Kafka Streams' windowstore.changelog.additional.retention.ms: a windowed changelog keeps
 # records this much longer than the store does ("clock drift").

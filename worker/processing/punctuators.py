@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from worker.clock import Clock
 from worker.errors import FatalError, WorkerError
 from worker.observability import Metrics
+from worker.processing.built_topology import ProcessorNode
 from worker.processing.context import NoRecord, ProcessorContext, PunctuatorFn
 from worker.processing.punctuation import (
     UNKNOWN_TIME,
@@ -36,7 +37,6 @@ from worker.processing.punctuation import (
     PunctuatorFailed,
     Schedule,
 )
-from worker.processing.topology import ProcessorNode
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ internal topics (``worker.processing.internal_topics``, applied by
 
 from __future__ import annotations
 
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 
 SUFFIX = "-repartition"
 

@@ -36,8 +36,8 @@ from worker.kafka.repartition_purge import repartition_purge
 from worker.kafka.repartition_topics import report_unused_internal_topics
 from worker.kafka.topics import TopicLayout, TopicWatch, prepare_topics
 from worker.observability import Metrics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.repartitions import repartition_writers
-from worker.processing.topology import BuiltTopology
 from worker.runtime.broker_wait import BrokerWait
 from worker.runtime.global_tables import GlobalTables, partitions_of
 from worker.runtime.guarantee import choose_guarantee

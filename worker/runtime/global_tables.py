@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from worker.errors import TopologyError
 from worker.observability import get_logger
-from worker.processing.topology import StoreSpec
+from worker.processing.built_topology import StoreSpec
 from worker.state.rocksdb_env import RocksDBEnv
 from worker.state.store import RestoreBatch, Store
 

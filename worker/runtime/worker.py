@@ -24,7 +24,7 @@ from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.member_states import Lost, MembershipEvent
 from worker.laps import Laps
 from worker.observability import Metrics, get_logger
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.assembly import Hooks, Outcome, Runtime, assemble
 from worker.runtime.availability import AvailabilityTracker
 from worker.runtime.broker_wait import StartupStopped

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.processing import timestamps
+from worker.processing.built_topology import Subtopology
 from worker.processing.graph import TaskGraph
 from worker.processing.handlers import ExceptionPolicy, RecordErrorHandler
 from worker.processing.internal_topics import dlq_topic
 from worker.processing.punctuators import TaskPunctuators
-from worker.processing.topology import Subtopology
 from worker.state.store import Store
 from worker.tasks.failures import ProcessingFailures
 

@@ -21,7 +21,7 @@ from worker.events import (
     INITIAL_STANDBYS_OPENED,
 )
 from worker.observability import get_logger
-from worker.processing.topology import BuiltTopology, Subtopology
+from worker.processing.built_topology import BuiltTopology, Subtopology
 from worker.state.checkpoint import CheckpointError, read_checkpoint
 from worker.tasks.commit_protocols import Releases
 from worker.tasks.committer import TaskCommitter

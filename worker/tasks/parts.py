@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from worker.assignment.task_id import TP
 from worker.kafka.consumers import DataConsumer
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.state.restore import ChangelogReader
 from worker.tasks.commit_protocols import CommitProtocol, GroupMemberView
 from worker.tasks.committer import TaskCommitter

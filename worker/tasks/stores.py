@@ -9,8 +9,8 @@ from worker.assignment.task_id import TaskId
 from worker.clock import Clock, SystemClock
 from worker.events import RECORD_LATE
 from worker.observability import Metrics, ThrottledLog, get_logger
+from worker.processing.built_topology import StoreSpec
 from worker.processing.join_windows import JoinWindows
-from worker.processing.topology import StoreSpec
 from worker.processing.windows import SessionWindows, SlidingWindows
 from worker.state import ttl_store
 from worker.state.join_buffer import JoinBufferStore

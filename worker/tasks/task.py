@@ -20,9 +20,9 @@ from worker.errors import StateLocked, StoreCorrupted, TaskCorrupted
 from worker.events import TASK_WIPED
 from worker.lifecycle import IllegalTransition
 from worker.observability import get_logger
+from worker.processing.built_topology import StoreSpec, Subtopology
 from worker.processing.graph import TaskGraph
 from worker.processing.punctuators import TaskPunctuators
-from worker.processing.topology import StoreSpec, Subtopology
 from worker.state.store import Store
 from worker.tasks.active_graph import build_active_graph
 from worker.tasks.checkpoints import flush_to_checkpoint, migrate_checkpoint

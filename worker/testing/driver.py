@@ -31,7 +31,8 @@ from worker.config import Settings
 from worker.dsl.builder import StreamsBuilder
 from worker.errors import TopologyError
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology, Topology
+from worker.processing.built_topology import BuiltTopology
+from worker.processing.topology import Topology
 from worker.serde import Serde
 from worker.state.directory import StateDirectory
 from worker.state.rocksdb_env import RocksDBEnv

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from worker.processing.built_topology import StoreSpec
 from worker.processing.context import ProcessorContext
 from worker.processing.graph import window_view
 from worker.processing.store_views import KeyValueStore
-from worker.processing.topology import StoreSpec
 from worker.processing.window_views import SessionStoreView, WindowStoreView
 
 

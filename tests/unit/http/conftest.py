@@ -14,7 +14,7 @@ from worker.assignment.task_id import TaskId
 from worker.http.queries import QueryRouter
 from worker.partitioner import partition_for
 from worker.processing import Topology
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.status import Routing, Status, StoreStatus, TaskStatus, WorkerState
 from worker.serde import BYTES, JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv

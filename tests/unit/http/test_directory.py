@@ -15,7 +15,7 @@ from worker.http.directory import RoutingDirectory, RoutingUnavailable
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.status import Routing
 
 T = TaskId

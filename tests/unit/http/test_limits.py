@@ -22,7 +22,7 @@ from worker.http.limits import HttpLimits
 from worker.http.queries import QueryRouter, Reply
 from worker.http.server import HttpServer
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 
 
 class BlockingRouter(QueryRouter):

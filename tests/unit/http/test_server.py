@@ -17,7 +17,7 @@ from worker.errors import FatalError
 from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.status import HEALTH_STALE_SECONDS, Status, WorkerState
 
 

@@ -19,7 +19,7 @@ from worker.http.queries import QueryRouter
 from worker.http.security import Access, HttpSecurity, http_security
 from worker.http.server import HttpServer
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 PUBLIC = ("/healthz", "/readyz", "/metrics")

@@ -14,7 +14,7 @@ from worker.http.queries import QueryRouter
 from worker.http.server import HttpServer
 from worker.observability import Metrics
 from worker.processing import Topology
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv
 from worker.state.window_stores import FixedWindowStore, SessionStore

@@ -11,8 +11,8 @@ from worker.errors import KafkaUnavailable, TopologyError
 from worker.kafka.admin import TopicSpec
 from worker.kafka.topics import TopicWatch, prepare_topics
 from worker.processing import Topology
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.internal_topics import DLQ_CONFIG, dlq_topic
-from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 
 

@@ -16,8 +16,8 @@ from worker.events import TOPICS_INTERNAL_UNUSED
 from worker.kafka.admin import TopicSpec
 from worker.kafka.repartition_topics import report_unused_internal_topics
 from worker.kafka.topics import prepare_topics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.internal_topics import REPARTITION_CONFIG
-from worker.processing.topology import BuiltTopology
 
 
 class ListingAdmin(FakeAdmin):

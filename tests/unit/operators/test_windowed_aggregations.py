@@ -13,7 +13,8 @@ from structlog.testing import capture_logs
 from tests.support.aggregating import Running
 from worker.errors import TopologyError
 from worker.events import RECORD_LATE
-from worker.processing.topology import BuiltTopology, Topology
+from worker.processing.built_topology import BuiltTopology
+from worker.processing.topology import Topology
 from worker.processing.windows import InvalidWindow, Windows, hopping, session, sliding, tumbling
 from worker.serde import JSON, STR, SerdeError
 from worker.windowed_serde import Windowed, WindowedSerde

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from worker.errors import TopologyError
 from worker.processing import Topology
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.internal_topics import (
     CHANGELOG_CONFIG,
     DLQ_CONFIG,
@@ -18,7 +19,6 @@ from worker.processing.internal_topics import (
     TopicRole,
     plan_internal_topics,
 )
-from worker.processing.topology import BuiltTopology
 from worker.processing.windows import tumbling
 from worker.serde import JSON, STR
 

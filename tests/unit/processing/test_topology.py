@@ -9,7 +9,7 @@ import pytest
 
 from worker.errors import TopologyError
 from worker.processing import ProcessorContext, Topology
-from worker.processing.topology import BuiltTopology, Subtopology
+from worker.processing.built_topology import BuiltTopology, Subtopology
 from worker.serde import JSON, STR
 
 

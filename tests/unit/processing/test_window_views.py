@@ -12,9 +12,9 @@ from tests.fakes import FakeCollector
 from tests.support.feeding import feed
 from worker.errors import TopologyError
 from worker.processing import ProcessorContext, Topology
+from worker.processing.built_topology import BuiltTopology, StoreSpec
 from worker.processing.graph import TaskGraph
 from worker.processing.internal_topics import changelog_config
-from worker.processing.topology import BuiltTopology, StoreSpec
 from worker.processing.windows import InvalidWindow, sliding
 from worker.serde import JSON, STR
 from worker.state.rocksdb_env import MiB, RocksDBEnv

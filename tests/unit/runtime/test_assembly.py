@@ -15,7 +15,7 @@ from worker.config import Settings, load
 from worker.examples.payments import build
 from worker.kafka.topics import TopicLayout
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime import assembly
 from worker.runtime.assembly import Hooks, Outcome, assemble
 from worker.runtime.guarantee import Guarantee

@@ -13,7 +13,7 @@ from worker.clock import FakeClock
 from worker.config import load
 from worker.errors import FatalError
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime import worker as worker_module
 from worker.runtime.broker_wait import StartupStopped
 from worker.runtime.status import Status, WorkerState

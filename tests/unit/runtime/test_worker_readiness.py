@@ -16,7 +16,7 @@ from worker.assignment.task_id import TaskId
 from worker.clock import FakeClock
 from worker.config import load
 from worker.kafka.member_states import Assigned, Lost
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.runtime.status import WorkerState
 from worker.runtime.worker import Worker
 from worker.tasks.state import TaskRole

@@ -27,7 +27,7 @@ from worker.clock import FakeClock
 from worker.config import Settings
 from worker.observability import Metrics
 from worker.processing import ProcessorContext, Topology
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader

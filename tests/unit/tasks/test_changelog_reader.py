@@ -17,7 +17,7 @@ from worker.assignment.task_id import TaskId
 from worker.events import CHANGELOG_TRANSITION
 from worker.kafka.consumers import FetchedBatch
 from worker.observability import Metrics
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.state.restore import ChangelogReader
 from worker.tasks.state import TaskRole
 from worker.tasks.task import Task

@@ -16,7 +16,7 @@ from tests.unit.tasks.conftest import COUNTS, EVENTS, OUT, T00, T01, Harness, ma
 from worker.assignment.task_id import TP
 from worker.errors import GenerationMoved, RebalanceInProgress
 from worker.events import RESTORE_START
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.tasks.commit_protocols import ExactlyOnceCommit
 from worker.tasks.state import TaskState
 from worker.tasks.task_context import TaskContext

@@ -27,7 +27,7 @@ from tests.unit.tasks.test_processing_failures import AbortingProtocol
 from tests.unit.tasks.test_task_manager import cl, events, running
 from worker.assignment.model import Assignment
 from worker.errors import StoreCorrupted
-from worker.processing.topology import BuiltTopology
+from worker.processing.built_topology import BuiltTopology
 from worker.state.store import Store, StoreClosedError, StoreHealing
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task_context import TaskContext

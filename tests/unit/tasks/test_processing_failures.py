@@ -30,13 +30,13 @@ from worker.config import Settings
 from worker.errors import FatalError, ProduceFailed, TopologyError
 from worker.observability import Metrics, get_logger
 from worker.processing import ProcessorContext, Topology
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.handlers import (
     HEADER_PREFIX,
     ExceptionPolicy,
     RecordErrorHandler,
     RecordFailed,
 )
-from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR, SerdeError
 from worker.tasks.failures import FailureDecision, ProcessingFailures, RunFailed
 from worker.tasks.state import TaskState

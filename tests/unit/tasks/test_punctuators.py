@@ -35,9 +35,9 @@ from worker.assignment.task_id import TaskId
 from worker.config import Settings
 from worker.errors import TopologyError
 from worker.processing import ProcessorContext, Topology
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.handlers import RecordFailed
 from worker.processing.punctuators import ProcessorInitFailed
-from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
 from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 from worker.tasks.state import TaskRole, TaskState

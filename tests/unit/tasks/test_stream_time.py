@@ -16,8 +16,8 @@ from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, EVENTS, T01, enc
 from worker.assignment.task_id import TP
 from worker.clock import FakeClock
 from worker.observability import Metrics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.timestamps import decode_stream_time
-from worker.processing.topology import BuiltTopology
 from worker.state.directory import StateDirectory
 from worker.state.stream_time_marker import STREAM_TIME_KEY
 from worker.tasks.commit_protocols import AtLeastOnceCommit, ExactlyOnceCommit

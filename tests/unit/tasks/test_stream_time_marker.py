@@ -21,8 +21,8 @@ from tests.unit.tasks.conftest import COUNTS, COUNTS_CHANGELOG, LABELS, T01
 from tests.unit.tasks.test_stream_time import commit, event, gauge, started
 from worker.clock import FakeClock
 from worker.observability import Metrics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.context import ProcessorContext
-from worker.processing.topology import BuiltTopology
 from worker.state.directory import StateDirectory
 from worker.state.restore import ChangelogReader
 from worker.state.stream_time_marker import STREAM_TIME_KEY, marker_headers, stream_time_of

@@ -22,8 +22,8 @@ from worker.clock import FakeClock
 from worker.errors import StateLocked, TaskCorrupted
 from worker.events import TASK_TRANSITION
 from worker.observability import Metrics
+from worker.processing.built_topology import BuiltTopology
 from worker.processing.handlers import RecordFailed
-from worker.processing.topology import BuiltTopology
 from worker.state.checkpoint import read_checkpoint, write_checkpoint
 from worker.state.directory import StateDirectory
 from worker.tasks.failures import RunFailed
