@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.errors import TopologyError
 from worker.operators import stateless
-from worker.processing.topology import ProcessorFn
+from worker.processing.topology import InitFn, ProcessorFn
 from worker.serde import Serde
 
 if TYPE_CHECKING:
@@ -54,8 +54,9 @@ class KStream:
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
         stores: Sequence[str] = (),
+        init: InitFn | None = None,
     ) -> KStream:
-        node = self._builder._processor(prefix, fn, [self.node], name, stores)
+        node = self._builder._processor(prefix, fn, [self.node], name, stores, init)
         return KStream(
             self._builder,
             node,
@@ -181,10 +182,13 @@ class KStream:
         name: str | None = None,
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
+        init: InitFn | None = None,
     ) -> KStream:
         """The escape hatch into the Processor API: ``fn(ctx, key, value)`` with the
         stores named in ``stores`` (``builder.add_state_store``), forwarding with
-        ``ctx.forward``. It may change the key: a stateful operation after it repartitions."""
+        ``ctx.forward``; ``init(ctx)`` where it schedules its punctuators
+        (``Topology.add_processor``). It may change the key: a stateful operation after it
+        repartitions."""
         return self._then(
             "KSTREAM-PROCESSOR",
             fn,
@@ -193,6 +197,7 @@ class KStream:
             key_serde=key_serde,
             value_serde=value_serde,
             stores=stores,
+            init=init,
         )
 
     # -- sinks and tables ------------------------------------------------------------
