@@ -7,6 +7,8 @@ the integration tests make against a real broker).
 
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +234,11 @@ def test_the_busy_accounts_of_sample_payments_equal_the_reference_computation(
     assert len(outputs) == len(want)  # each once
     assert set(bursts) <= {a["account"] for a in want.values()}  # the bursts are busy
     assert all(o.key.key == o.value["account"] and not o.headers for o in outputs)
+
+
+def test_the_joins_guide_shows_the_example_apps_joins_as_written() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "joins.md").read_text()
+    found = re.search(r"## The example app[^\n]*\n.*?```python\n(.*?)```", guide, re.S)
+    assert found
+    source = Path(app.__file__).read_text()
+    assert textwrap.indent(found.group(1), "    ") in source

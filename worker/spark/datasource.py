@@ -46,6 +46,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from worker.config import Settings, load
+from worker.dsl import StreamsBuilder
 from worker.kafka.table_reader import (
     committed_records,
     partition_count,
@@ -85,9 +86,10 @@ def _settings(options: Mapping[str, str]) -> Settings:
     return load(None, values, environ={}).settings
 
 
-def _built_topology(spec: str) -> Any:
-    """The built topology of ``module:attr`` (a Topology, or a callable returning one), as
-    ``worker start --app`` takes it; LoadRejected if it is not one."""
+def _built_topology(spec: str, application_id: str) -> Any:
+    """The built topology of ``module:attr`` (a Topology or a DSL builder, or a callable
+    returning one), as ``worker start --app`` takes it, a builder built with
+    ``application_id`` (its repartition topics need it); LoadRejected if it is not one."""
     module_name, _, attr = spec.partition(":")
     try:
         target = getattr(importlib.import_module(module_name), attr)
@@ -96,12 +98,14 @@ def _built_topology(spec: str) -> Any:
     topology: Any = target if hasattr(target, "build") or not callable(target) else target()
     if not hasattr(topology, "build"):
         raise LoadRejected(f"{spec} is not a Topology")
+    if isinstance(topology, StreamsBuilder):
+        topology = topology.build(application_id)
     return topology.build()
 
 
 def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Serde, Serde]:
     """(changelog topic, key serde, value serde) of the store named by the options."""
-    topology = _built_topology(options.get("app", DEFAULT_APP))
+    topology = _built_topology(options.get("app", DEFAULT_APP), settings.application_id)
     try:
         _, spec = topology.store(options["store"])
     except KeyError:
