@@ -19,6 +19,8 @@ from worker.serde import JSON, STR
 from worker.state.ttl import decode as ttl_decode
 
 PARTITIONS = 4
+# The app's tasks: its scoring sub-topology's (0_x), then its joins' (1_x).
+TASKS = [f"{s}_{p}" for s in (0, 1) for p in range(PARTITIONS)]
 # The payments' event clock starts this long before the test (a payment a second), so that
 # a test's payments end near now: Apache Kafka 4 refuses records stamped more than an hour
 # ahead of its clock (log.message.timestamp.after.max.ms, INVALID_TIMESTAMP; the test

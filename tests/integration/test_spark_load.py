@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.apps import profiles_table
 from tests.support.kafka_io import fold, read_partition
 from tests.support.transaction_log import read_committed_partition
 from tests.support.waiting import wait_until
@@ -292,7 +293,8 @@ def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_
         "num.standby.replicas": 1,
         "acceptable.recovery.lag": 10,
     }
-    workers = [worker_factory(name, settings=settings) for name in ("a", "b")]
+    args = ["--app", profiles_table.APP]  # a plain table: its topic is its changelog
+    workers = [worker_factory(name, settings=settings, args=args) for name in ("a", "b")]
     wait_until(lambda: settled(workers), 120, message="one active and one standby per task")
 
     out = run_cli_load(bootstrap, tmp_path / "history")

@@ -108,19 +108,39 @@ def test_missing_source_topics_exit_1_naming_them(own_broker, worker_factory):
 def test_sources_that_are_not_co_partitioned_exit_1(own_broker, worker_factory):
     admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
     topics = [NewTopic("payments", 4, 1), NewTopic("account-profiles", 3, 1)]
-    topics += [NewTopic(t, 4, 1) for t in ("payment-alerts", "quiet-accounts", "busy-accounts")]
+    topics += [
+        NewTopic(t, 4, 1)
+        for t in (
+            "merchant-reference",
+            "enriched-payments",
+            "payment-alerts",
+            "quiet-accounts",
+            "busy-accounts",
+        )
+    ]
     for future in admin.create_topics(topics).values():
         future.result(30)
     w = worker_factory("skewed", settings={"bootstrap.servers": own_broker.bootstrap})
     assert w.wait_exit(60) == 1
     (line,) = [x for x in w.logs().splitlines() if x.startswith("error:")]
     assert "not co-partitioned" in line
-    assert "account-profiles=3" in line and "payments=4" in line
+    # The joins read account-profiles beside the payments' repartition topic, which the
+    # worker sizes like payments.
+    hop = f"{worker_factory.application_id}-with-profile-repartition"
+    assert "account-profiles=3" in line and f"{hop}=4" in line
 
 
 def _example_topics(bootstrap: str, extra: list[NewTopic]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = ("payments", "account-profiles", "payment-alerts", "quiet-accounts", "busy-accounts")
+    names = (
+        "payments",
+        "account-profiles",
+        "merchant-reference",
+        "enriched-payments",
+        "payment-alerts",
+        "quiet-accounts",
+        "busy-accounts",
+    )
     topics = [NewTopic(t, 4, 1) for t in names]
     for future in admin.create_topics(topics + extra).values():
         future.result(30)

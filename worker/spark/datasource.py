@@ -54,6 +54,7 @@ from worker.kafka.table_reader import (
     reader_config,
 )
 from worker.kafka.table_writer import WriteSummary, write_transactions, writer_config
+from worker.operators.joins.tables import source_node
 from worker.serde import Serde, by_name
 from worker.spark.decoding import RAW_FIELDS, RowDecoder, ddl, infer_fields
 from worker.spark.errors import LoadRejected, SchemaMismatch, TableNotFound
@@ -114,7 +115,25 @@ def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Se
             f"no store {options['store']!r} in {options.get('app', DEFAULT_APP)};"
             f" its stores: {', '.join(names)}"
         ) from None
+    if spec.history_ms is not None:
+        # A versioned table's changelog holds its versions in the store's own layout; its
+        # topic holds them as records, the last one per key being the latest version
+        # where they come in order (a load writes them so).
+        topic = _versioned_table_topic(topology, spec.name)
+        if topic is not None:
+            return topic, spec.key_serde, spec.value_serde
     return spec.changelog(settings.application_id), spec.key_serde, spec.value_serde
+
+
+def _versioned_table_topic(topology: Any, store: str) -> str | None:
+    """The topic versioned table ``store`` reads (``builder.table(..., history_ms=)``), or
+    None for a versioned store a processor writes."""
+    wanted = source_node(store)
+    for st in topology.subtopologies:
+        for source in st.sources:
+            if source.name == wanted:
+                return str(source.topic)
+    return None
 
 
 class WorkerTopics(DataSource):
