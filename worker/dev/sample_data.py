@@ -4,7 +4,8 @@ topics they go to.
 Until a Spark job computes profiles from history, this module generates accounts with a
 known mean and spread, the matching profile records, and a payment stream in which a
 small, reproducible fraction of payments are far outside their account's profile, some
-accounts stop paying (``going_quiet``) and some pay in bursts (``bursting``).
+accounts stop paying (``going_quiet``), some pay in bursts (``bursting``) and some pay
+differently from a point on (``payments(changes=)``, ``enrichment.changing``).
 """
 
 from __future__ import annotations
