@@ -42,6 +42,7 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
+REPO = str(Path(__file__).resolve().parents[2])
 ROWS = 100_000
 
 
@@ -294,7 +295,8 @@ def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_
         "acceptable.recovery.lag": 10,
     }
     args = ["--app", profiles_table.APP]  # a plain table: its topic is its changelog
-    workers = [worker_factory(name, settings=settings, args=args) for name in ("a", "b")]
+    env = {"PYTHONPATH": REPO}  # the worker processes import tests.apps
+    workers = [worker_factory(name, settings=settings, args=args, env=env) for name in ("a", "b")]
     wait_until(lambda: settled(workers), 120, message="one active and one standby per task")
 
     out = run_cli_load(bootstrap, tmp_path / "history")
