@@ -32,6 +32,9 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from worker.config import Settings, load
 from worker.dev import enrichment, history, sample_data
@@ -47,13 +50,14 @@ from worker.dev.demo_processes import (
     start_broker,
     stop_workers,
 )
-from worker.dev.demo_summary import summarise, where_to_look
+from worker.dev.demo_summary import get, summarise, where_to_look
 from worker.dev.demo_traffic import produce_for, wait_drained
 from worker.dev.enrichment import ProfileChange, ProfileHistory
 from worker.errors import WorkerError
 from worker.examples import merchants
 from worker.examples import payments as app
 from worker.kafka.loader import produce_records
+from worker.partitioner import partition_for
 from worker.serde import JSON, STR
 
 ACCOUNTS = 200
@@ -209,6 +213,7 @@ def _run(
     )
     started = time.monotonic()
     _wait_ready([*workers, dsl], READY_TIMEOUT)
+    _wait_profiles_stored(workers[0], profiles, READY_TIMEOUT)
     print(f"workers ready in {time.monotonic() - started:.1f}s; "
           f"producing {rate} payments/s for {duration:.0f}s", flush=True)  # fmt: skip
 
@@ -268,6 +273,36 @@ def _run(
     )
     print("\n".join(where), flush=True)
     return code
+
+
+def _wait_profiles_stored(worker: DemoWorker, profiles: ProfileHistory, timeout: float) -> None:
+    """Wait until the joins' versioned table holds every profile, committed: the last
+    profile record of each partition is what its key reads (over HTTP, from the task's
+    owner). The worker reads a task's partitions in the order they are fetched, not by
+    timestamp (Kafka Streams' ``max.task.idle.ms``): a payment that reaches the join
+    before the profile records older than it, as when its task moves on Kafka while the
+    first payments flow, finds no profile (docs/joins.md)."""
+    last: dict[int, tuple[str, dict[str, Any]]] = {}
+    for key, value in profiles.records()[0]:
+        last[partition_for(key.encode(), PARTITIONS)] = (key, value)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(_stored(worker, key) == value for key, value in last.values()):
+            return
+        time.sleep(0.2)
+    raise DemoFailed(f"the workers did not hold the profiles within {timeout:.0f}s")
+
+
+def _stored(worker: DemoWorker, key: str) -> Any:
+    """``account-profiles``'s committed value of ``key``, from the task's owner."""
+    url = f"http://127.0.0.1:{worker.port}/stores/{app.PROFILES}/keys/{key}"
+    try:
+        status, location, body = get(url)
+        if status == 307:
+            status, _, body = get(location)
+    except OSError:
+        return None
+    return orjson.loads(body).get("value") if status == 200 else None
 
 
 def _wait_ready(workers: list[DemoWorker], timeout: float) -> None:

@@ -296,7 +296,7 @@ def _print_tasks(traffic: Traffic, arrivals: dict[int, list[int]], partitions: i
         print("  " + "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _get(url: str) -> tuple[int, str, str]:
+def get(url: str) -> tuple[int, str, str]:
     """(status, Location header, body) of one GET, redirects not followed."""
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.netloc, timeout=5)
@@ -341,10 +341,10 @@ def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
     ):
         lines.append(f"  query:    curl -sL '{url}'")
         try:
-            status, location, body = _get(url)
+            status, location, body = get(url)
             if status == 307:
                 lines.append(f"            -> 307, the task is active at {location}")
-                status, _, body = _get(location)
+                status, _, body = get(location)
             shown = show(body) if status == 200 else body
             lines.append(f"            -> {status} {shown}  (asked before the workers stopped)")
         except (OSError, ValueError) as exc:
