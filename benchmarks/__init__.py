@@ -27,5 +27,7 @@ BENCHMARK_NAMES = (
     "windowed_retention",
     "windowed_restore",
     "dsl_cost",
+    "join_cost",
+    "join_windows",
     "kafka_streams",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.processing import ProcessorContext, Topology
+from worker.processing.topology import ProcessorFn
 from worker.processing.windows import tumbling
 from worker.serde import BYTES, JSON, STR
 from worker.windowed_serde import WindowedSerde
@@ -47,12 +48,20 @@ def count_and_sum(ctx: ProcessorContext, key: str, value: dict[str, Any]) -> Non
 
 def count_and_sum_app() -> Topology:
     """The issue 14 workload, as a user would write it against the public topology API."""
+    return store_and_forward(SUMS_INPUT, SUMS_STORE, "sum", count_and_sum, SUMS_OUTPUT)
+
+
+def store_and_forward(
+    source: str, store: str, name: str, processor: ProcessorFn, sink: str
+) -> Topology:
+    """``source`` -> ``processor`` (node ``name``) over one key-value ``store`` -> ``sink``,
+    string keys and JSON values: a per-key workload written by hand."""
     return (
         Topology()
-        .add_source("amounts-in", SUMS_INPUT, key_serde=STR, value_serde=JSON)
-        .add_store(SUMS_STORE, key_serde=STR, value_serde=JSON)
-        .add_processor("sum", count_and_sum, parents=["amounts-in"], stores=[SUMS_STORE])
-        .add_sink("totals-out", SUMS_OUTPUT, parents=["sum"], key_serde=STR, value_serde=JSON)
+        .add_source(f"{source}-in", source, key_serde=STR, value_serde=JSON)
+        .add_store(store, key_serde=STR, value_serde=JSON)
+        .add_processor(name, processor, parents=[f"{source}-in"], stores=[store])
+        .add_sink(f"{sink}-out", sink, parents=[name], key_serde=STR, value_serde=JSON)
     )
 
 

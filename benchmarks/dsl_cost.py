@@ -25,13 +25,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from benchmarks.apps import store_and_forward
 from benchmarks.count_sum import amount_records
 from benchmarks.cpu import main_thread_seconds, process_seconds
 from benchmarks.harness import (
@@ -47,15 +46,13 @@ from benchmarks.harness import (
 )
 from benchmarks.kafka_io import create_topics, produce
 from benchmarks.measure import from_first_record, steady_rate_or_span
-from benchmarks.per_record import _stop
 from benchmarks.results import PlotPath, Result, Row, Target, table
 from benchmarks.sampling import Sampler
+from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import fetch, running_tasks
 from worker.dsl import StreamsBuilder
-from worker.observability import configure_logging
 from worker.processing import ProcessorContext, Topology
 from worker.processing.topology import BuiltTopology
-from worker.serde import JSON, STR
 
 NAME = "dsl_cost"
 TITLE = "The DSL's cost: a count per key against the Processor API, and a repartition hop"
@@ -64,7 +61,6 @@ OUTPUT = "dsl-counts"
 STORE = "counts"
 PARTITIONS = 4
 BATCH = 500
-CHILD_TIMEOUT_S = 600.0
 CPU_TARGET = Target("<=", 1.10, "issue 30")
 HOP_TARGET = Target(">=", 0.5, "issue 30")
 HOP_CPU_TARGET = Target("<=", 2.0, "issue 30: 0.5x records/s, CPU-bound")
@@ -107,13 +103,7 @@ def count_by_hand(ctx: ProcessorContext, key: str, value: Any) -> None:
 
 def papi_count() -> Topology:
     """The count written with the Processor API."""
-    return (
-        Topology()
-        .add_source("in", INPUT, key_serde=STR, value_serde=JSON)
-        .add_store(STORE, key_serde=STR, value_serde=JSON)
-        .add_processor("count", count_by_hand, parents=["in"], stores=[STORE])
-        .add_sink("out", OUTPUT, parents=["count"], key_serde=STR, value_serde=JSON)
-    )
+    return store_and_forward(INPUT, STORE, "count", count_by_hand, OUTPUT)
 
 
 def count_app() -> StreamsBuilder:
@@ -139,7 +129,7 @@ def measure(ctx: RunContext, params: Params) -> Measured:
     bootstrap = broker.bootstrap
     create_topics(bootstrap, {INPUT: PARTITIONS, OUTPUT: PARTITIONS})
     produce(bootstrap, INPUT, amount_records(params.records, params.keys))
-    dsl_us, papi_us = _cpu_in_child(ctx, bootstrap, params)
+    dsl_us, papi_us = measure_in_child(ctx, _cpu_runs, bootstrap, ctx.path("runs"), params)
     runs: dict[str, list[WorkerRun]] = {"plain": [], "hop": []}
     ways = (
         ("plain", "benchmarks.dsl_cost:count_app", 1),
@@ -191,50 +181,26 @@ def _worker_run(
     return WorkerRun(rate, (1e6 * cpu / records, 1e6 * thread / records))
 
 
-def _cpu_in_child(
-    ctx: RunContext, bootstrap: str, params: Params
-) -> tuple[list[float], list[float]]:
-    """The CPU runs in a spawned process (RocksDB's threads and a fresh heap, as
-    :mod:`benchmarks.per_record` explains)."""
-    spawn = multiprocessing.get_context("spawn")
-    receiver, sender = spawn.Pipe(duplex=False)
-    child = spawn.Process(target=_cpu_runs, args=(bootstrap, ctx.path("runs"), params, sender))
-    ctx.own(child.start, lambda: _stop(child))
-    sender.close()
-    if not receiver.poll(CHILD_TIMEOUT_S):
-        raise BenchmarkFailed(f"the measuring process sent nothing in {CHILD_TIMEOUT_S:.0f}s")
-    outcome = receiver.recv()
-    child.join(30)
-    if isinstance(outcome, str):
-        raise BenchmarkFailed(f"the measuring process failed:\n{outcome}")
-    return cast(tuple[list[float], list[float]], outcome)
-
-
-def _cpu_runs(bootstrap: str, workdir: Path, params: Params, sender: Any) -> None:
-    configure_logging("warning", "console")
-    try:
-        records = fetch(bootstrap, INPUT)
-        if len(records) != params.records:
-            raise BenchmarkFailed(f"fetched {len(records):,} records, not {params.records:,}")
-        runs: dict[str, list[float]] = {"dsl": [], "papi": []}
-        builds = {
-            "dsl": lambda app_id: count_app().build(app_id).build(),
-            "papi": lambda app_id: papi_count().build(),
-        }
-        # One warm-up run of each (imports, caches), then the two in turns, each first
-        # every other time.
-        for rep in range(-1, params.reps):
-            for way in ("dsl", "papi") if rep % 2 else ("papi", "dsl"):
-                app_id = new_application_id(f"bench-{way}")
-                cpu = _run(workdir, bootstrap, builds[way](app_id), records, params, app_id)
-                if rep >= 0:
-                    runs[way].append(cpu)
-        dsl, papi = runs["dsl"], runs["papi"]
-        sender.send((dsl, papi))
-    except Exception:
-        sender.send(traceback.format_exc(limit=8))
-    finally:
-        sender.close()
+def _cpu_runs(bootstrap: str, workdir: Path, params: Params) -> tuple[list[float], list[float]]:
+    """In a spawned process (:mod:`benchmarks.spawned`): the CPU runs, DSL and Processor
+    API in turns."""
+    records = fetch(bootstrap, INPUT)
+    if len(records) != params.records:
+        raise BenchmarkFailed(f"fetched {len(records):,} records, not {params.records:,}")
+    runs: dict[str, list[float]] = {"dsl": [], "papi": []}
+    builds = {
+        "dsl": lambda app_id: count_app().build(app_id).build(),
+        "papi": lambda app_id: papi_count().build(),
+    }
+    # One warm-up run of each (imports, caches), then the two in turns, each first
+    # every other time.
+    for rep in range(-1, params.reps):
+        for way in ("dsl", "papi") if rep % 2 else ("papi", "dsl"):
+            app_id = new_application_id(f"bench-{way}")
+            cpu = _run(workdir, bootstrap, builds[way](app_id), records, params, app_id)
+            if rep >= 0:
+                runs[way].append(cpu)
+    return runs["dsl"], runs["papi"]
 
 
 def _run(

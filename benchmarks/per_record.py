@@ -32,14 +32,11 @@ the throughput benchmark's same-run ratio.
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.process
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import confluent_kafka as ck
 import orjson
@@ -54,6 +51,7 @@ from benchmarks.harness import (
 )
 from benchmarks.kafka_io import create_topics, produce
 from benchmarks.results import PlotPath, Result, Row, table
+from benchmarks.spawned import measure_in_child
 from benchmarks.task_layer import fetch, running_tasks
 from benchmarks.workload import (
     EXAMPLE_PARTITIONS,
@@ -64,7 +62,6 @@ from benchmarks.workload import (
 )
 from worker.dev import sample_data
 from worker.examples import payments as app
-from worker.observability import configure_logging
 from worker.processing import ProcessorContext, Topology
 from worker.processing.topology import BuiltTopology
 from worker.serde import JSON, STR
@@ -72,7 +69,6 @@ from worker.serde import JSON, STR
 NAME = "per_record"
 TITLE = "Per-record CPU in one process: the worker against the same work by hand"
 BATCH = 500  # records handed to the router at once (what one consume returns under load)
-CHILD_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -99,73 +95,36 @@ class Measured:
 
 
 def measure(ctx: RunContext, params: Params) -> Measured:
-    """Load the input, then measure in a process of its own (spawned, not forked).
-
-    Its own process, because the task layer starts RocksDB's background threads, and a
-    process forked later from one that has them (the memory benchmark forks its store
-    fillers) waits forever for threads it does not have; a fresh process also measures
-    on a heap no earlier benchmark has fragmented. Its log lines are kept to warnings.
-    """
+    """Load the input, then measure in a process of its own (:mod:`benchmarks.spawned`)."""
     broker = start_broker(ctx)
     bootstrap = broker.bootstrap
     accts = accounts(params.accounts)
     sample_data.create_example_topics(client_settings(bootstrap), EXAMPLE_PARTITIONS)
     produce(bootstrap, app.PROFILES, profile_records(accts))
     produce(bootstrap, app.PAYMENTS, payment_records(accts, params.payments))
-    spawn = multiprocessing.get_context("spawn")
-    receiver, sender = spawn.Pipe(duplex=False)
-    child = spawn.Process(
-        target=_measure_in_child, args=(bootstrap, ctx.path("runs"), params, sender)
-    )
-    ctx.own(child.start, lambda: _stop(child))
-    sender.close()
-    if not receiver.poll(CHILD_TIMEOUT_S):
-        raise BenchmarkFailed(f"the measuring process sent nothing in {CHILD_TIMEOUT_S:.0f}s")
-    outcome = receiver.recv()
-    child.join(30)
-    if isinstance(outcome, str):
-        raise BenchmarkFailed(f"the measuring process failed:\n{outcome}")
-    return cast(Measured, outcome)
+    return measure_in_child(ctx, _measure, bootstrap, ctx.path("runs"), params)
 
 
-def _stop(child: multiprocessing.process.BaseProcess) -> None:
-    """Stop the measuring process we started (by its handle, so by its PID)."""
-    if child.is_alive():
-        child.terminate()
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-            child.join(10)
-
-
-def _measure_in_child(bootstrap: str, workdir: Path, params: Params, sender: Any) -> None:
+def _measure(bootstrap: str, workdir: Path, params: Params) -> Measured:
     """In the spawned process: fetch the input once, then alternate the three ways over it,
-    ``reps`` times; send the Measured (or the traceback) back."""
-    configure_logging("warning", "console")
-    try:
-        profiles, payments = fetch(bootstrap, app.PROFILES), fetch(bootstrap, app.PAYMENTS)
-        if (len(profiles), len(payments)) != (params.accounts, params.payments):
-            raise BenchmarkFailed(
-                f"fetched {len(profiles):,} profiles and {len(payments):,} payments, not "
-                f"{params.accounts:,} and {params.payments:,}"
-            )
-        worker: list[float] = []
-        commits: list[float] = []
-        noop: list[float] = []
-        by_hand: list[float] = []
-        for _ in range(params.reps):
-            cpu, commit = _worker_run(workdir, bootstrap, _scoring, profiles, payments, params)
-            worker.append(cpu)
-            commits.append(commit)
-            noop.append(
-                _worker_run(workdir, bootstrap, _noop_topology, profiles, payments, params)[0]
-            )
-            by_hand.append(_by_hand(bootstrap, profiles, payments))
-        sender.send(Measured(params, worker, commits, noop, by_hand))
-    except Exception:
-        sender.send(traceback.format_exc(limit=8))
-    finally:
-        sender.close()
+    ``reps`` times."""
+    profiles, payments = fetch(bootstrap, app.PROFILES), fetch(bootstrap, app.PAYMENTS)
+    if (len(profiles), len(payments)) != (params.accounts, params.payments):
+        raise BenchmarkFailed(
+            f"fetched {len(profiles):,} profiles and {len(payments):,} payments, not "
+            f"{params.accounts:,} and {params.payments:,}"
+        )
+    worker: list[float] = []
+    commits: list[float] = []
+    noop: list[float] = []
+    by_hand: list[float] = []
+    for _ in range(params.reps):
+        cpu, commit = _worker_run(workdir, bootstrap, _scoring, profiles, payments, params)
+        worker.append(cpu)
+        commits.append(commit)
+        noop.append(_worker_run(workdir, bootstrap, _noop_topology, profiles, payments, params)[0])
+        by_hand.append(_by_hand(bootstrap, profiles, payments))
+    return Measured(params, worker, commits, noop, by_hand)
 
 
 def _scoring(bootstrap: str, application_id: str) -> BuiltTopology:

@@ -148,8 +148,8 @@ def _number(value: float, unit: str) -> str:
         return "n/a"
     if unit == "records/s":
         return f"{value:,.0f} records/s"
-    if unit == "MiB":
-        return f"{value:,.0f} MiB"
+    if unit in ("MiB", "entries"):
+        return f"{value:,.0f} {unit}"
     return f"{value:.2f} {unit}"
 
 

@@ -22,7 +22,7 @@ TOPICS_INTERNAL_UNUSED = "topics.internal_unused"
 REPARTITION_PURGE_UNSUPPORTED = "repartition.purge_unsupported"
 REPARTITION_PURGED = "repartition.purged"  # a DeleteRecords request succeeded
 
-# group membership (kafka/membership.py, kafka/task_assignor.py)
+# group membership (kafka/membership.py, kafka/member_joins.py, kafka/task_assignor.py)
 MEMBERSHIP_STARTED = "membership.started"
 MEMBERSHIP_ASSIGN = "membership.assign"  # the leader computed the group's assignment
 MEMBERSHIP_ASSIGNED = "membership.assigned"  # this member received its assignment

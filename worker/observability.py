@@ -313,6 +313,13 @@ class Metrics:
             ["task", "store"],
             registry=r,
         )
+        self.versions_pruned = Counter(
+            "worker_versioned_pruned",
+            "Old versions a versioned store's history sweep deleted (each with a changelog "
+            "tombstone)",
+            ["task", "store"],
+            registry=r,
+        )
         self.ttl_sweep_backlog = Gauge(
             "worker_ttl_sweep_backlog",
             "Expired keys left for the next sweep after the last one (counted up to a cap)",

@@ -151,14 +151,16 @@ class Codec:
 
     It is the one helper for "the C function, or else the serde": the operators
     (``worker.operators``), the windowed views and the scans call :meth:`encode` and
-    :meth:`decode`, and nothing else restates the rule. Two per-record paths call
+    :meth:`decode`, and nothing else restates the rule. Three per-record paths call
     ``fast_encode`` and ``fast_decode`` inline for values other than None and hand
     everything else to :meth:`encode` / :meth:`decode`: the task graph's sources and sinks
-    (``processing/graph.py``) and the key-value view's ``get`` and ``put``
-    (``processing/store_views.py``). A method call there instead costs every record: about
-    1 us of 8 in a count-and-sum loop through the graph, measured when the operators moved
-    (issue 30). tests/property/test_store_views.py holds both to the serde, and this rule
-    to it too; tests/property/test_bad_input.py feeds the graph bytes of every kind.
+    (``processing/graph.py``), the key-value view's ``get`` and ``put``
+    (``processing/store_views.py``) and the versioned view's as-of read, a stream-table
+    join's lookup (``processing/versioned_views.py``). A method call there instead costs
+    every record: about 1 us of 8 in a count-and-sum loop through the graph, measured when
+    the operators moved (issue 30). tests/property/test_store_views.py holds the views to
+    the serde, and this rule to it too; tests/property/test_bad_input.py feeds the graph
+    bytes of every kind.
     """
 
     __slots__ = ("serde", "fast_encode", "fast_decode")

@@ -23,17 +23,17 @@ import pytest
 
 from tests.support.committed_reader import CommittedTail
 from tests.support.eos_scenario import (
-    APP,
     Inputs,
     active_partitions,
     assert_exactly_once,
     eos_settings,
+    kill_loop,
     logged_since,
+    start_workers,
 )
 from tests.support.traffic import SteadyProducer
 from tests.support.transaction_log import aborts, read_committed_partition
 from tests.support.waiting import wait_until
-from worker.dev.processes import WorkerProcess
 from worker.examples import counting
 
 pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
@@ -44,31 +44,15 @@ SEED = 20261127
 RATE_PER_TICK, TICK = 30, 0.1  # 300 records/s
 
 
-def _start(worker_factory, bootstrap: str, **more: object) -> list[WorkerProcess]:
-    settings = eos_settings(bootstrap, **more)
-    workers = [worker_factory(n, settings=settings, args=["--app", APP]) for n in "abc"]
-    for w in workers:
-        w.wait_ready(120)
-    return workers
-
-
 @pytest.mark.duration(100)
 def test_exactly_once_crash_loop_shows_one_output_per_input_to_read_committed_readers(
     own_broker, worker_factory, record_property
 ):
     rng = random.Random(SEED)
     inputs = Inputs(own_broker.bootstrap, PARTITIONS, KEYS, SEED)
-    workers = _start(worker_factory, own_broker.bootstrap)
-    kills: list[str] = []
+    workers = start_workers(worker_factory, eos_settings(own_broker.bootstrap))
     with SteadyProducer(inputs, per_tick=RATE_PER_TICK, tick=TICK):
-        begin = time.monotonic()
-        schedule = [begin + 10 * k + rng.uniform(-2, 2) for k in range(1, 7)]  # a minute
-        for at in schedule:
-            wait_until(lambda at=at: time.monotonic() >= at, 20)  # the kill's moment
-            victim = rng.choice(workers)
-            assert victim.kill() == -9
-            kills.append(victim.name)
-            victim.start()  # at once, over its state dir
+        kills = kill_loop(workers, rng)  # a minute
     record_property("kills", ",".join(kills))
     print(f"crash loop: {len(inputs.sent)} inputs, kills {kills}")
     assert_exactly_once(inputs, workers, worker_factory.application_id, SEED)
@@ -80,9 +64,8 @@ def test_a_worker_killed_and_not_restarted_stalls_its_tasks_for_its_transaction_
     own_broker, worker_factory, record_property, transaction_timeout_ms
 ):
     inputs = Inputs(own_broker.bootstrap, PARTITIONS, KEYS, SEED)
-    workers = _start(
-        worker_factory, own_broker.bootstrap, **{"transaction.timeout.ms": transaction_timeout_ms}
-    )
+    more = {"transaction.timeout.ms": transaction_timeout_ms}
+    workers = start_workers(worker_factory, eos_settings(own_broker.bootstrap, **more))
     settings = workers[0].settings
     # The derived default: the commit interval plus the commit timeout (10 s here).
     txn_timeout_s = (transaction_timeout_ms or int(settings["commit.interval.ms"]) + 10000) / 1000

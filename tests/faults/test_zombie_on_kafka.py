@@ -19,13 +19,13 @@ import pytest
 
 from tests.support.committed_reader import CommittedTail
 from tests.support.eos_scenario import (
-    APP,
     Inputs,
     active_partitions,
     assert_exactly_once,
     eos_settings,
     logged_at,
     logged_since,
+    start_workers,
 )
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
@@ -56,9 +56,7 @@ def test_a_frozen_worker_resumed_after_its_tasks_moved_is_fenced_and_rejoins(
     transaction at its timeout (and bumped its producer's epoch)."""
     inputs = Inputs(own_broker.bootstrap, PARTITIONS, 300, SEED)
     settings = eos_settings(own_broker.bootstrap)
-    workers = [worker_factory(n, settings=settings, args=["--app", APP]) for n in "abc"]
-    for w in workers:
-        w.wait_ready(120)
+    workers = start_workers(worker_factory, settings)
     victim = workers[1]
     others = [w for w in workers if w is not victim]
     with (

@@ -137,6 +137,24 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
             "worker CPU per input record, count per key after a re-key",
         ],
     ),
+    "join_cost": (
+        "Stream-table joins against the hand-written lookup they replace",
+        [
+            "CPU per record, stream-table join, latest value",
+            "CPU per record, stream-table join, versioned table as of the record's time",
+            "CPU per record, versioned join reading into history",
+            "versioned store history sweep, CPU per key pruned",
+        ],
+    ),
+    "join_windows": (
+        "Stream-stream join: records/s and store size against the window",
+        [
+            # Quick mode: windows of ±5 s and ±30 s.
+            "join buffer entries at the end, window ±5 s",
+            "records/s, window ±30 s",
+            "join buffer entries at the end, window ±30 s",
+        ],
+    ),
     "kafka_streams": (
         "Against Kafka Streams: the same topologies on the same Kafka broker",
         [
@@ -148,7 +166,7 @@ EXPECTED_ROWS: dict[str, tuple[str, list[str]]] = {
     ),
 }
 # Benchmarks whose report has no plot (a table of sizes says it all).
-PLOTLESS = {"scale", "dsl_cost"}
+PLOTLESS = {"scale", "dsl_cost", "join_cost", "join_windows"}
 # Seconds each quick run takes alone, roughly: the longest start first (tests/support/scheduling.py).
 DURATIONS = {
     "availability": 150,

@@ -15,7 +15,7 @@ scale-out's moved tasks stall no longer than a staying one may, and each task's
 changelog shows one writer at a time, a new one only after its predecessor's release
 marker (:func:`check_one_writer_at_a_time`). So do the tasks of a worker stopped with
 SIGTERM (a graceful scale-in): it keeps processing them while the group moves them, and
-releases them before it leaves (worker/kafka/membership.py, "Leaving gracefully"), so
+releases them before it leaves (worker/kafka/member_joins.py, "Leaving gracefully"), so
 their output hides no longer than a staying task's may.
 """
 
@@ -48,17 +48,15 @@ from worker.state.release_marker import RELEASE_KEY, ReleaseMarker
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 COMMIT_INTERVAL = int(SETTINGS["commit.interval.ms"]) / 1000
-# s: the longest a staying task's output may hide. The target is commit interval + 1 s
-# (the availability benchmark's, reported there); on Apache Kafka a staying task's output
-# has hidden 1.33-1.61 s with a 0.2 s commit interval while another member restarted, its
-# cause not yet found (docs/platform-notes.md, "Open on Kafka"), so this check allows 2 s
-# over the interval: it still fails a task stopped for a round (a join takes 3 s and more).
-VISIBLE_STALL = COMMIT_INTERVAL + 2.0
+# s: the longest a staying task's output may hide. On Apache Kafka it hid 1.3-1.9 s while
+# an assignment that opened tasks with local state waited for their changelogs' ends
+# (docs/platform-notes.md, "A staying task's pause on Kafka"); since that read returns at
+# once, 0.2-1.1 s, and 1.25 s once, with no step of the worker's loop over 0.3 s, on a
+# machine at a load of 5-8 on 2 cores, where the broker took up to 1 s to acknowledge a
+# commit's records. The target, commit interval + 1 s, is the availability benchmark's;
+# this check allows 0.5 s more for such load.
+VISIBLE_STALL = COMMIT_INTERVAL + 1.5
 STALLED = 1.5  # s: a task silent longer than this counts as stalled by the event
-# A moved task taken over in its round: under a follow-up round it would wait for one more
-# join, which this broker holds ~3 s. The tighter target (commit interval + 1 s) is the
-# availability benchmark's: on a loaded test machine a take-over has taken up to 1.7 s.
-MOVED_STALL = 2.5
 
 
 def visible_at(bootstrap: str) -> dict[str, list[float]]:
@@ -69,12 +67,11 @@ def visible_at(bootstrap: str) -> dict[str, list[float]]:
     return stamps
 
 
-def check_visible_stalls(
-    outcome: Outcome, moved_too: bool = False, moved_stall: float = MOVED_STALL
-) -> None:
+def check_visible_stalls(outcome: Outcome, moved_too: bool = False) -> None:
     """Stayed tasks never hid their output longer than ``VISIBLE_STALL``, and with
-    ``moved_too`` moved ones never longer than ``moved_stall``; per event no more tasks
-    stalled than changed owner."""
+    ``moved_too`` moved ones neither (taken over in their round: under a follow-up round
+    they would wait for one more join, which this broker holds ~3 s); per event no more
+    tasks stalled than changed owner."""
     stamps = visible_at(outcome.inputs.bootstrap)
     problems: list[str] = []
     report: list[str] = []
@@ -90,11 +87,10 @@ def check_visible_stalls(
             problems.append(f"{event.name}: more tasks stalled than changed owner")
         bounded = TASKS if moved_too else event.stayed
         for t in bounded:
-            bound = VISIBLE_STALL if event.fate(t) == "stayed" else moved_stall
-            if stalls[t] > bound:
+            if stalls[t] > VISIBLE_STALL:
                 problems.append(
                     f"{event.name}: {t} ({event.fate(t)}) showed nothing for "
-                    f"{stalls[t]:.2f} s (> {bound:.1f} s)"
+                    f"{stalls[t]:.2f} s (> {VISIBLE_STALL:.1f} s)"
                 )
     print("\n".join(["visible (read_committed) stalls:", *report]))
     assert not problems, "\n".join(["", *problems, "per event:", *report])
@@ -160,6 +156,6 @@ def test_exactly_once_scale_in_hands_the_stopped_workers_tasks_over_in_one_round
     own_broker, worker_factory
 ):
     outcome = scale_in(own_broker.bootstrap, worker_factory)
-    check_visible_stalls(outcome, moved_too=True, moved_stall=VISIBLE_STALL)
+    check_visible_stalls(outcome, moved_too=True)
     check_one_writer_at_a_time(own_broker.bootstrap, worker_factory.application_id)
     check(outcome, exactly_once=True)

@@ -24,7 +24,8 @@ from worker.assignment.task_id import TP, TaskId
 from worker.config import Settings
 from worker.errors import TaskMigrated
 from worker.kafka.admin import Admin
-from worker.kafka.membership import Assigned, GroupMember, Lost, MembershipEvent, MemberState
+from worker.kafka.member_states import Assigned, Lost, MembershipEvent, MemberState
+from worker.kafka.membership import GroupMember
 from worker.observability import Metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
@@ -469,8 +470,8 @@ def test_a_requested_rebalance_brings_every_member_into_a_new_generation(group: 
 
         assert requester.member_id == member_id, "nobody left the group for it"
         assert recorder.latest is not None and len(recorder.latest.active) == 4
-    for (_, recorder), before in zip(pairs, settled_revoked, strict=True):
-        assert recorder.revoked == before, "a probing rebalance revokes nothing that stays"
+    for (_, recorder), revoked in zip(pairs, settled_revoked, strict=True):
+        assert recorder.revoked == revoked, "a probing rebalance revokes nothing that stays"
     for name in "ab":
         registry = group.metrics[name].registry
         assert registry.get_sample_value("worker_probing_rebalances_total") == 1

@@ -29,6 +29,7 @@ from worker.examples import payments as app
 pytest.importorskip("pyspark", reason="the spark extra is not installed (make install has it)")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from tests.support.process_groups import run_group  # noqa: E402
 from tests.support.spark_cluster import StandaloneCluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def submit(
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     argv = [sys.executable, "-m", "worker", "spark", "submit", "--master", cluster.master]
     argv += [*SMALL, "--", *job, "--set", f"bootstrap.servers={bootstrap}"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=400, env=env)
+    return run_group(argv, timeout=400, env=env)
 
 
 # 240-260 s seen with Kafka's JVMs beside it; its two spark-submit runs take 400 s at most

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from worker.state.store import Store
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (make install has it)")
 
+from tests.support.process_groups import run_group  # noqa: E402
 from worker.spark.errors import LoadIncomplete, LoadRejected  # noqa: E402
 from worker.spark.files import read_input  # noqa: E402
 from worker.spark.load import load_table  # noqa: E402
@@ -268,12 +268,12 @@ def stop_one_by_one(workers: list[WorkerProcess]) -> None:
 
 
 def run_cli_load(bootstrap: str, inputs: Path) -> str:
-    done = subprocess.run(
+    done = run_group(
         [
             sys.executable, "-m", "worker", "spark", "load", "account-profiles",
             "--input", str(inputs), "--set", f"bootstrap.servers={bootstrap}",
         ],
-        capture_output=True, text=True, timeout=300,
+        timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "spark load: account-profiles: 4 partitions, co-partitioned with payments" in done.stderr

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,14 +30,35 @@ from worker.examples import counting
 APP = "worker.examples.counting:build"
 
 
+Value = Callable[[random.Random, int], dict[str, Any]]
+
+
+def _id_only(rng: random.Random, n: int) -> dict[str, Any]:
+    return {"id": n}
+
+
 class Inputs:
-    """The test's input records and their recount; ``produce`` may run on a feeder thread."""
+    """The test's input records and their recount; ``produce`` may run on a feeder thread.
+
+    ``topics`` are created with ``partitions`` each, the first being the input; each
+    input's key is one of ``keys`` and its value ``value(rng, id)`` (the counting app's
+    by default)."""
 
     def __init__(
-        self, bootstrap: str, partitions: int, keys: int, seed: int, replicas: int = 1
+        self,
+        bootstrap: str,
+        partitions: int,
+        keys: int,
+        seed: int,
+        replicas: int = 1,
+        *,
+        topics: Sequence[str] = (counting.INPUTS, counting.OUTPUTS),
+        value: Value = _id_only,
     ) -> None:
         self.bootstrap = bootstrap
         self.partitions = partitions
+        self.topic = topics[0]
+        self._value = value
         self.keys = [f"acct-{i:04d}" for i in range(keys)]
         # One producer for the test's life: one per call capped the feeder at ~50 records/s.
         self._producer = ck.Producer(
@@ -49,19 +71,22 @@ class Inputs:
         )
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self.sent: list[tuple[str, dict[str, int]]] = []
+        self.sent: list[tuple[str, dict[str, Any]]] = []
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        topics = [NewTopic(t, partitions, replicas) for t in (counting.INPUTS, counting.OUTPUTS)]
-        for future in admin.create_topics(topics).values():
+        created = admin.create_topics([NewTopic(t, partitions, replicas) for t in topics])
+        for future in created.values():
             future.result(30)
 
     def produce(self, count: int) -> None:
         """``count`` more inputs, acknowledged (idempotent, murmur2 like the worker)."""
         with self._lock:
             start = len(self.sent)
-            chunk = [(self._rng.choice(self.keys), {"id": start + i}) for i in range(count)]
+            chunk = [
+                (self._rng.choice(self.keys), self._value(self._rng, start + i))
+                for i in range(count)
+            ]
             for key, value in chunk:
-                self._producer.produce(counting.INPUTS, orjson.dumps(value), key.encode())
+                self._producer.produce(self.topic, orjson.dumps(value), key.encode())
             assert self._producer.flush(30) == 0, "inputs not acknowledged"
             self.sent.extend(chunk)
 
@@ -79,6 +104,48 @@ def eos_settings(bootstrap: str, **more: object) -> dict[str, object]:
         "num.standby.replicas": 1,
         **more,
     }
+
+
+def start_workers(
+    worker_factory: Any,
+    settings: dict[str, object],
+    names: str = "abc",
+    app: str = APP,
+    env: dict[str, str] | None = None,
+) -> list[WorkerProcess]:
+    """One worker per letter of ``names`` running ``app``, each ready (its tasks restored)."""
+    workers = [worker_factory(n, settings=settings, args=["--app", app], env=env) for n in names]
+    for w in workers:
+        w.wait_ready(120)
+    return workers
+
+
+def kill_loop(workers: list[WorkerProcess], rng: random.Random, kills: int = 6) -> list[str]:
+    """A random one of ``workers`` SIGKILLed about every 10 s (+-2 s), ``kills`` times,
+    each started again at once over its state dir; the victims' names in order."""
+    victims: list[str] = []
+    begin = time.monotonic()
+    for k in range(1, kills + 1):
+        at = begin + 10 * k + rng.uniform(-2, 2)
+        wait_until(lambda at=at: time.monotonic() >= at, 20)  # the kill's moment
+        victim = rng.choice(workers)
+        assert victim.kill() == -9
+        victims.append(victim.name)
+        victim.start()
+    return victims
+
+
+def id_problems(what: str, ids: Counter[int], inputs: int) -> list[str]:
+    """The input ids (``0..inputs-1``) that ``what`` holds more than once or not at all,
+    in words."""
+    problems: list[str] = []
+    repeated = sorted(i for i, n in ids.items() if n > 1)
+    missing = sorted(set(range(inputs)) - set(ids))
+    if repeated:
+        problems.append(f"{len(repeated)} inputs with more than one {what}: {repeated[:10]}")
+    if missing:
+        problems.append(f"{len(missing)} inputs without {what}: {missing[:10]}")
+    return problems
 
 
 def outputs(inputs: Inputs) -> list[dict[str, int]]:
@@ -103,14 +170,7 @@ def all_processed(inputs: Inputs) -> bool:
 def exactly_once_problems(inputs: Inputs, application_id: str) -> list[str]:
     """What a read_committed reader sees wrong, in words (empty when exact)."""
     seen = outputs(inputs)
-    problems: list[str] = []
-    ids = Counter(o["id"] for o in seen)
-    repeated = sorted(i for i, n in ids.items() if n > 1)
-    missing = sorted(set(range(len(inputs.sent))) - set(ids))
-    if repeated:
-        problems.append(f"{len(repeated)} inputs with more than one output: {repeated[:10]}")
-    if missing:
-        problems.append(f"{len(missing)} inputs without output: {missing[:10]}")
+    problems = id_problems("output", Counter(o["id"] for o in seen), len(inputs.sent))
     by_id = {o["id"]: o["count"] for o in seen}
     per_key: dict[str, list[int]] = {}
     for key, value in inputs.sent:
@@ -127,13 +187,19 @@ def exactly_once_problems(inputs: Inputs, application_id: str) -> list[str]:
     return problems
 
 
-def queried_counts(worker: WorkerProcess, keys: list[str]) -> dict[str, int | None]:
-    """Each key's count as the query API answers through ``worker`` (redirects followed)."""
-    found: dict[str, int | None] = {}
+def queried(worker: WorkerProcess, store: str, keys: Iterable[str]) -> dict[str, Any]:
+    """Each key's value in ``store`` as the query API answers through ``worker``
+    (redirects followed; None for a key it does not hold)."""
+    found: dict[str, Any] = {}
     for key in keys:
-        status, body = worker.get(f"/stores/{counting.COUNTS}/keys/{urllib.parse.quote(key)}")
+        status, body = worker.get(f"/stores/{store}/keys/{urllib.parse.quote(key)}")
         found[key] = orjson.loads(body)["value"] if status == 200 else None
     return found
+
+
+def queried_counts(worker: WorkerProcess, keys: list[str]) -> dict[str, int | None]:
+    """Each key's count as the query API answers through ``worker``."""
+    return queried(worker, counting.COUNTS, keys)
 
 
 def active_partitions(worker: WorkerProcess) -> list[int]:

@@ -4,8 +4,10 @@ Started with ``spark-class ... deploy.master.Master`` and ``... deploy.worker.Wo
 (the pip package has no ``sbin`` scripts), bound to loopback, with small memory: the
 test machine's cores are shared. Each daemon is its own process group (``spark-class``
 execs java, so the PID is the JVM); stopping kills those groups by PID, executors and
-their Python workers with them. The worker daemon gets no PYTHONPATH, so executors
-import ``worker`` only from what the job ships (or the installed package).
+their Python workers with them. A daemon also dies with the test process, should that be
+killed outright (:func:`worker.dev.processes.guarded`). The worker daemon gets no
+PYTHONPATH, so executors import ``worker`` only from what the job ships (or the
+installed package).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from types import TracebackType
 import pyspark
 
 from tests.support.waiting import wait_until
+from worker.dev.processes import guarded
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
@@ -49,7 +52,7 @@ class StandaloneCluster:
         log = open(self.base / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
         self._processes.append(
             subprocess.Popen(
-                [str(SPARK_CLASS), *args],
+                guarded([str(SPARK_CLASS), *args]),
                 env=self._env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -39,6 +39,7 @@ FOUNDATION = (
     "endpoint",
     "errors",
     "events",
+    "laps",
     "lifecycle",
     "observability",
     "partitioner",

@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from worker.dsl.plan import Compilation
+from worker.dsl.plan import Compilation, RepartitionTopic
 from worker.errors import TopologyError
 from worker.operators import stateless
-from worker.operators.joins import stream_stream, stream_table, table_table
+from worker.operators.joins import foreign_key, stream_stream, stream_table, table_table
+from worker.operators.joins.foreign_key import (
+    FkKind,
+    ForeignKeyExtractor,
+    ForeignKeySerdes,
+    ForeignKeyTopics,
+)
 from worker.operators.joins.kinds import Joiner, Kind, check_join
 from worker.operators.joins.stream_table import KeyMapper
 from worker.processing.join_windows import JoinWindows
@@ -27,6 +33,7 @@ from worker.serde import Serde
 
 if TYPE_CHECKING:
     from worker.dsl.builder import StreamsBuilder
+    from worker.dsl.handle import Handle
     from worker.dsl.stream import KStream
     from worker.dsl.table import KTable
 
@@ -64,7 +71,7 @@ def stream_table_join(
     else:
         if key_mapper is not None:
             raise TopologyError(f"join {node!r}: key_mapper is for global tables only")
-        source, (store, _node) = builder._repartitioned(stream, node), _materialized(table, node)
+        source, (_node, store) = builder._repartitioned(stream, node), _materialized(table, node)
     check_join(node, "left" if left else "inner", joiner)
 
     def write(c: Compilation) -> None:
@@ -99,8 +106,7 @@ def stream_stream_join(
     from worker.dsl.stream import KStream
 
     builder = stream._builder
-    node = builder._plan.name(f"KSTREAM-{kind.upper()}JOIN", name)
-    check_join(node, kind, joiner)
+    node = _join_node(stream, f"KSTREAM-{kind.upper()}JOIN", name, kind, joiner)
     if not isinstance(windows, JoinWindows):
         raise TopologyError(f"join {node!r}: windows must be a JoinWindows")
     left = builder._repartitioned(stream, f"{node}-left")
@@ -139,8 +145,7 @@ def table_table_join(
     from worker.dsl.table import KTable
 
     builder = table._builder
-    node = builder._plan.name(f"KTABLE-{kind.upper()}JOIN", name)
-    check_join(node, kind, joiner)
+    node = _join_node(table, f"KTABLE-{kind.upper()}JOIN", name, kind, joiner)
     left, right = _materialized(table, node), _materialized(other, node)
     serde = value_serde or table.value_serde
     store = f"{node}-store"
@@ -149,8 +154,8 @@ def table_table_join(
         table_table.add_table_table_join(
             c.topology,
             store,
-            (left[1], left[0]),
-            (right[1], right[0]),
+            left,
+            right,
             joiner,
             kind=kind,
             key_serde=table.key_serde,
@@ -162,19 +167,81 @@ def table_table_join(
     return KTable(builder, node, table.key_serde, serde, store)
 
 
+def foreign_key_join(
+    table: KTable,
+    other: KTable,
+    foreign_key_extractor: ForeignKeyExtractor,
+    joiner: Joiner,
+    *,
+    kind: FkKind,
+    name: str | None,
+    value_serde: Serde | None,
+) -> KTable:
+    """``table`` joined with the row of ``other`` that ``foreign_key_extractor(value)``
+    names (``operators/joins/foreign_key.py``), through ``<application.id>-<name>-
+    subscription-repartition`` (keyed by foreign key, as many partitions as ``other``)
+    and ``-response-repartition`` (keyed by ``table``'s key, as many as ``table``): a
+    table in store ``<name>-store``."""
+    from worker.dsl.table import KTable
+
+    builder = table._builder
+    node = _join_node(table, f"KTABLE-FK-{kind.upper()}JOIN", name, kind, joiner)
+    if not callable(foreign_key_extractor):
+        raise TopologyError(f"join {node!r}: foreign_key_extractor must be callable")
+    left, right = _materialized(table, node), _materialized(other, node)
+    serde = value_serde or table.value_serde
+    store = f"{node}-store"
+    serdes = ForeignKeySerdes(
+        table.key_serde, table.value_serde, other.key_serde, other.value_serde, serde
+    )
+
+    def write(c: Compilation) -> None:
+        names = (f"{node}-subscription", f"{node}-response")
+        topics = ForeignKeyTopics(*(c.repartition_topic(n) for n in names))
+        foreign_key.add_foreign_key_join(
+            c.topology,
+            store,
+            left,
+            right,
+            foreign_key_extractor,
+            joiner,
+            kind=kind,
+            topics=topics,
+            serdes=serdes,
+        )
+        c.topology.add_processor(node, stateless.passing, foreign_key.result_parents(store))
+        sinks = foreign_key.internal_sinks(store)
+        for internal, topic, sink in zip(
+            names, (topics.subscription, topics.response), sinks, strict=True
+        ):
+            c.repartitions.append(RepartitionTopic(internal, topic, sink))
+
+    builder._plan.add("join", node, write)
+    return KTable(builder, node, table.key_serde, serde, store)
+
+
+def _join_node(side: Handle, prefix: str, name: str | None, kind: Kind, joiner: Joiner) -> str:
+    """The join's node, ``name`` or ``<prefix>-<counter>``, once ``joiner`` is known to
+    suit ``kind`` (so the error names the join)."""
+    node = side._builder._plan.name(prefix, name)
+    check_join(node, kind, joiner)
+    return node
+
+
 def _materialized(table: KTable, join: str) -> tuple[str, str]:
-    """``(the store holding table's rows, the node forwarding its changes once the store
-    holds them)``. A table computed as it flows (``filter``, ``map_values``) gets a store,
-    ``<join>-<its node>``, kept by a node after it."""
+    """``(the node forwarding table's changes once its store holds them, that store)``,
+    the order the table-table operators take a side in. A table computed as it flows
+    (``filter``, ``map_values``) gets a store, ``<join>-<its node>``, kept by a node
+    after it."""
     if table.store is not None:
-        return table.store, table.node
+        return table.node, table.store
     builder = table._builder
     store = f"{join}-{table.node}"
     builder._add_store(store, table.key_serde, table.value_serde)
     node = builder._processor(
         "KTABLE-MATERIALIZE", stateless.materializing(store), [table.node], None, [store]
     )
-    return store, node
+    return node, store
 
 
 def builder_global_table(
@@ -193,6 +260,7 @@ def builder_global_table(
 __all__ = [
     "GlobalKTable",
     "builder_global_table",
+    "foreign_key_join",
     "stream_stream_join",
     "stream_table_join",
     "table_table_join",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from worker.dsl.handle import Handle
 from worker.errors import TopologyError
 from worker.operators import stateless
 from worker.processing.topology import InitFn, ProcessorFn
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from worker.processing.join_windows import JoinWindows
 
 
-class KStream:
+class KStream(Handle):
     """A stream of (key, value) records with the serdes that read and write them."""
 
     def __init__(
@@ -38,10 +39,7 @@ class KStream:
         value_serde: Serde,
         repartition_required: bool = False,
     ) -> None:
-        self._builder = builder
-        self.node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(builder, node, key_serde, value_serde)
         self.repartition_required = repartition_required
 
     def _then(
@@ -49,21 +47,29 @@ class KStream:
         prefix: str,
         fn: ProcessorFn,
         name: str | None,
-        *,
-        key_changing: bool = False,
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
+        *,
+        rekeyed: bool = False,
         stores: Sequence[str] = (),
         init: InitFn | None = None,
     ) -> KStream:
-        node = self._builder._processor(prefix, fn, [self.node], name, stores, init)
-        return KStream(
-            self._builder,
-            node,
-            key_serde or self.key_serde,
-            value_serde or self.value_serde,
-            self.repartition_required or key_changing,
-        )
+        """The stream out of processor ``fn`` after this one (``Handle._child``)."""
+        node = self._child(prefix, fn, name, stores, init)
+        return self._at(node, key_serde, value_serde, rekeyed=rekeyed)
+
+    def _at(
+        self,
+        node: str,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        *,
+        rekeyed: bool = False,
+    ) -> KStream:
+        """This stream's records as ``node`` forwards them: they need repartitioning if
+        these do or if ``rekeyed`` (their key may have changed on the way)."""
+        flagged = self.repartition_required or rekeyed
+        return KStream(self._builder, node, *self._serdes(key_serde, value_serde), flagged)
 
     # -- stateless -------------------------------------------------------------------
 
@@ -86,14 +92,8 @@ class KStream:
         value_serde: Serde | None = None,
     ) -> KStream:
         """``mapper(key, value) -> (key, value)``; may change the key."""
-        return self._then(
-            "KSTREAM-MAP",
-            stateless.mapping(mapper),
-            name,
-            key_changing=True,
-            key_serde=key_serde,
-            value_serde=value_serde,
-        )
+        fn = stateless.mapping(mapper)
+        return self._then("KSTREAM-MAP", fn, name, key_serde, value_serde, rekeyed=True)
 
     def map_values(
         self,
@@ -103,9 +103,8 @@ class KStream:
         value_serde: Serde | None = None,
     ) -> KStream:
         """``mapper(value) -> value``; the key is kept."""
-        return self._then(
-            "KSTREAM-MAPVALUES", stateless.mapping_values(mapper), name, value_serde=value_serde
-        )
+        fn = stateless.mapping_values(mapper)
+        return self._then("KSTREAM-MAPVALUES", fn, name, value_serde=value_serde)
 
     def flat_map(
         self,
@@ -116,14 +115,8 @@ class KStream:
         value_serde: Serde | None = None,
     ) -> KStream:
         """``mapper(key, value)`` -> zero or more (key, value) pairs; may change the key."""
-        return self._then(
-            "KSTREAM-FLATMAP",
-            stateless.flat_mapping(mapper),
-            name,
-            key_changing=True,
-            key_serde=key_serde,
-            value_serde=value_serde,
-        )
+        fn = stateless.flat_mapping(mapper)
+        return self._then("KSTREAM-FLATMAP", fn, name, key_serde, value_serde, rekeyed=True)
 
     def flat_map_values(
         self,
@@ -133,12 +126,8 @@ class KStream:
         value_serde: Serde | None = None,
     ) -> KStream:
         """``mapper(value)`` -> zero or more values, each with the record's key."""
-        return self._then(
-            "KSTREAM-FLATMAPVALUES",
-            stateless.flat_mapping_values(mapper),
-            name,
-            value_serde=value_serde,
-        )
+        fn = stateless.flat_mapping_values(mapper)
+        return self._then("KSTREAM-FLATMAPVALUES", fn, name, value_serde=value_serde)
 
     def peek(self, action: Callable[[Any, Any], object], *, name: str | None = None) -> KStream:
         """Call ``action(key, value)`` for each record (a side effect) and pass it on."""
@@ -152,21 +141,15 @@ class KStream:
         key_serde: Serde | None = None,
     ) -> KStream:
         """``selector(key, value)`` becomes the key."""
-        return self._then(
-            "KSTREAM-KEY-SELECT",
-            stateless.selecting_key(selector),
-            name,
-            key_changing=True,
-            key_serde=key_serde,
-        )
+        fn = stateless.selecting_key(selector)
+        return self._then("KSTREAM-KEY-SELECT", fn, name, key_serde, rekeyed=True)
 
     def merge(self, other: KStream, *, name: str | None = None) -> KStream:
         """The records of both streams (this one's serdes)."""
         node = self._builder._processor(
             "KSTREAM-MERGE", stateless.passing, [self.node, other.node], name, ()
         )
-        flagged = self.repartition_required or other.repartition_required
-        return KStream(self._builder, node, self.key_serde, self.value_serde, flagged)
+        return self._at(node, rekeyed=other.repartition_required)
 
     def split(self, *, prefix: str = "") -> BranchedKStream:
         """Named branches: ``split().branch(pred, name="a").default_branch(name="b")``
@@ -193,9 +176,9 @@ class KStream:
             "KSTREAM-PROCESSOR",
             fn,
             name,
-            key_changing=True,
-            key_serde=key_serde,
-            value_serde=value_serde,
+            key_serde,
+            value_serde,
+            rekeyed=True,
             stores=stores,
             init=init,
         )
@@ -211,9 +194,7 @@ class KStream:
         value_serde: Serde | None = None,
     ) -> None:
         """Write the records to ``topic``, partitioned by murmur2 of the key bytes."""
-        self._builder._sink(
-            topic, self.node, name, key_serde or self.key_serde, value_serde or self.value_serde
-        )
+        self._builder._sink(topic, self.node, name, *self._serdes(key_serde, value_serde))
 
     def to_table(self, *, name: str | None = None, value_serde: Serde | None = None) -> KTable:
         """The latest value per key, in store ``name`` (queryable): a None value deletes."""
@@ -319,14 +300,7 @@ class KStream:
         topic ``name``, or the aggregation's store name) if the key may have changed."""
         from worker.dsl.grouped import KGroupedStream
 
-        stream = KStream(
-            self._builder,
-            self.node,
-            key_serde or self.key_serde,
-            value_serde or self.value_serde,
-            self.repartition_required,
-        )
-        return KGroupedStream(self._builder, stream, name)
+        return KGroupedStream(self._builder, self._at(self.node, key_serde, value_serde), name)
 
     def group_by(
         self,
@@ -364,19 +338,11 @@ class BranchedKStream:
         """The branches; records no branch took are dropped."""
         if not self._branches:
             raise TopologyError("split() needs at least one branch")
-        builder = self._stream._builder
         names = [self._prefix + name for name, _ in self._branches]
         fn = stateless.branching(list(zip(names, (p for _, p in self._branches), strict=True)))
-        splitter = builder._processor("KSTREAM-BRANCH", fn, [self._stream.node], None, ())
+        splitter = self._stream._then("KSTREAM-BRANCH", fn, None)
         return {
-            name: KStream(
-                builder,
-                builder._processor("KSTREAM-BRANCHCHILD", stateless.passing, [splitter], name, ()),
-                self._stream.key_serde,
-                self._stream.value_serde,
-                self._stream.repartition_required,
-            )
-            for name in names
+            name: splitter._then("KSTREAM-BRANCHCHILD", stateless.passing, name) for name in names
         }
 
     def _add(self, name: str, predicate: Callable[[Any, Any], bool] | None) -> BranchedKStream:

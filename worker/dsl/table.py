@@ -12,18 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from worker.dsl.handle import Handle
 from worker.operators import stateless
 from worker.operators.change import ChangeSerde
 from worker.operators.table_regroup import TableAggregation, TableRegroup, table_reducer
+from worker.processing.topology import ProcessorFn
 from worker.serde import JSON, Serde
 
 if TYPE_CHECKING:
     from worker.dsl.builder import StreamsBuilder
     from worker.dsl.stream import KStream
-    from worker.operators.joins.kinds import Kind
+    from worker.operators.joins.foreign_key import FkKind
 
 
-class KTable:
+class KTable(Handle):
     """A table: ``store`` names where its rows are kept, when they are (``queryable``)."""
 
     def __init__(
@@ -36,10 +38,7 @@ class KTable:
         *,
         windowed: bool = False,
     ) -> None:
-        self._builder = builder
-        self.node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(builder, node, key_serde, value_serde)
         self.store = store
         self.windowed = windowed
 
@@ -75,7 +74,7 @@ class KTable:
 
         node = self.node
         if name is not None:
-            node = self._builder._processor("KTABLE-TOSTREAM", stateless.passing, [node], name, ())
+            node = self._child("KTABLE-TOSTREAM", stateless.passing, name)
         return KStream(self._builder, node, self.key_serde, self.value_serde)
 
     # -- joins (worker/dsl/joins.py, docs/joins.md) ------------------------------------
@@ -83,25 +82,34 @@ class KTable:
     def join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner_or_extractor: Callable[..., Any],
+        joiner: Callable[[Any, Any], Any] | None = None,
         *,
         name: str | None = None,
         value_serde: Serde | None = None,
     ) -> KTable:
-        """The rows whose key both tables hold, ``joiner(this row, other row)``, updated
-        from either side; a row that goes away is a tombstone."""
-        return self._join(other, joiner, "inner", name, value_serde)
+        """``join(other, joiner)``: the rows whose key both tables hold, ``joiner(this
+        row, other row)``, updated from either side; a row that goes away is a tombstone.
+
+        ``join(other, foreign_key_extractor, joiner)``: each row joined with the row of
+        ``other`` whose key is ``foreign_key_extractor(this row)`` (KIP-213), through a
+        subscription and a response topic; no co-partitioning needed. Rows without a
+        match (or without a foreign key) are not in the result."""
+        return self._join(other, joiner_or_extractor, joiner, "inner", name, value_serde)
 
     def left_join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner_or_extractor: Callable[..., Any],
+        joiner: Callable[[Any, Any], Any] | None = None,
         *,
         name: str | None = None,
         value_serde: Serde | None = None,
     ) -> KTable:
-        """Every row of this table, joined with the other's row or ``None``."""
-        return self._join(other, joiner, "left", name, value_serde)
+        """Every row of this table, joined with the other's row or ``None``: by key
+        (``left_join(other, joiner)``) or by foreign key (``left_join(other,
+        foreign_key_extractor, joiner)``, as :meth:`join`)."""
+        return self._join(other, joiner_or_extractor, joiner, "left", name, value_serde)
 
     def outer_join(
         self,
@@ -112,19 +120,32 @@ class KTable:
         value_serde: Serde | None = None,
     ) -> KTable:
         """Every row of either table, joined with the other's row or ``None``."""
-        return self._join(other, joiner, "outer", name, value_serde)
+        from worker.dsl.joins import table_table_join
+
+        return table_table_join(
+            self, other, joiner, kind="outer", name=name, value_serde=value_serde
+        )
 
     def _join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
-        kind: Kind,
+        first: Callable[..., Any],
+        joiner: Callable[[Any, Any], Any] | None,
+        kind: FkKind,
         name: str | None,
         value_serde: Serde | None,
     ) -> KTable:
-        from worker.dsl.joins import table_table_join
+        """A join on the key (no ``joiner``: ``first`` is the joiner) or by foreign key
+        (``first`` extracts it)."""
+        from worker.dsl.joins import foreign_key_join, table_table_join
 
-        return table_table_join(self, other, joiner, kind=kind, name=name, value_serde=value_serde)
+        if joiner is None:
+            return table_table_join(
+                self, other, first, kind=kind, name=name, value_serde=value_serde
+            )
+        return foreign_key_join(
+            self, other, first, joiner, kind=kind, name=name, value_serde=value_serde
+        )
 
     def group_by(
         self,
@@ -136,17 +157,14 @@ class KTable:
     ) -> KGroupedTable:
         """Rows re-grouped by ``selector(key, value) -> (group_key, group_value)``, for an
         aggregation with an adder and a subtractor; always through a repartition topic."""
-        return KGroupedTable(
-            self,
-            selector,
-            name,
-            key_serde or self.key_serde,
-            value_serde or self.value_serde,
-        )
+        return KGroupedTable(self, selector, name, *self._serdes(key_serde, value_serde))
 
-    def _then(self, prefix: str, fn: Any, name: str | None, value_serde: Serde | None) -> KTable:
-        node = self._builder._processor(prefix, fn, [self.node], name, ())
-        return KTable(self._builder, node, self.key_serde, value_serde or self.value_serde, None)
+    def _then(
+        self, prefix: str, fn: ProcessorFn, name: str | None, value_serde: Serde | None
+    ) -> KTable:
+        """The table out of processor ``fn`` after this one, computed as it flows (no store)."""
+        node = self._child(prefix, fn, name)
+        return KTable(self._builder, node, *self._serdes(None, value_serde), None)
 
 
 class KGroupedTable:

@@ -42,13 +42,41 @@ class FetchedBatch:
     end_offsets: dict[TP, int]
 
 
+class _TopicMetadata:
+    """Asks for the metadata of topics a consumer has never read, before it assigns them.
+
+    librdkafka learns where a newly assigned topic's partitions lead only on its
+    1-second topic scan, so their first fetch waited 0-1 s (debug log: ``Start
+    consuming`` then ``Topic ... metadata information unknown`` up to 1 s later): a
+    moved task's new owner, just started, read the old owner's release up to a second
+    late. Asked after the assignment, the answer delegates the partitions at once, but
+    one assigned at a logical offset (end, beginning) has by then found no leader and
+    waits for librdkafka's offset query retry, 500 ms later (debug log: ``no current
+    leader for partition: (re)starting offset query timer``): a watermark read of a
+    changelog took 0.5 s on Apache Kafka. Asked before, the partitions start with their
+    leader known (docs/platform-notes.md). If the request fails the scan still runs.
+    """
+
+    def __init__(self, consumer: ck.Consumer) -> None:
+        self._consumer = consumer
+        self._known: set[str] = set()
+
+    def learn(self, topics: Iterable[str]) -> None:
+        for topic in sorted(set(topics) - self._known):
+            try:
+                self._consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+            except ck.KafkaException:
+                continue
+            self._known.add(topic)
+
+
 class _PositionedConsumer:
     """A consumer driven by explicit positions (``incremental_assign``), never by the group."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._consumer = ck.Consumer(config)
         self._assigned: set[TP] = set()
-        self._known_topics: set[str] = set()
+        self._topics = _TopicMetadata(self._consumer)
 
     def add(self, positions: Mapping[TP, int | None]) -> None:
         """Start reading each partition at the given offset (None: from the beginning)."""
@@ -57,30 +85,13 @@ class _PositionedConsumer:
             for (t, p), off in positions.items()
         ]
         if parts:
+            self._topics.learn({t for t, _p in positions})
             self._consumer.incremental_assign(parts)
             # A partition paused before it was last unassigned can come back paused:
             # librdkafka keeps the flag on the partition object. A new assignment starts
             # fetching, always.
             self._consumer.resume(parts)
             self._assigned.update(positions)
-            self._learn_topics({t for t, _p in positions})
-
-    def _learn_topics(self, topics: set[str]) -> None:
-        """Ask for the metadata of topics this consumer has never read, at once.
-
-        librdkafka learns where a newly assigned topic's partitions lead only on its
-        1-second topic scan, so their first fetch waited 0-1 s (debug log: ``Start
-        consuming`` then ``Topic ... metadata information unknown`` up to 1 s later). A
-        metadata response for the topic delegates the assigned partitions right away:
-        a moved task's new owner, just started, read the old owner's release up to a
-        second late (docs/platform-notes.md). If the request fails the scan still runs.
-        """
-        for topic in sorted(topics - self._known_topics):
-            try:
-                self._consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
-            except ck.KafkaException:
-                continue
-            self._known_topics.add(topic)
 
     def remove(self, partitions: Iterable[TP]) -> None:
         parts = [ck.TopicPartition(t, p) for t, p in partitions if (t, p) in self._assigned]
@@ -198,22 +209,29 @@ class WatermarkReader:
             }
         )
         self._consumer = ck.Consumer(config)
+        self._topics = _TopicMetadata(self._consumer)
 
     def read(self, partitions: Iterable[TP], timeout: float = 10.0) -> dict[TP, int]:
         """High watermark of each partition; those that do not answer within ``timeout``
-        are absent from the result."""
+        are absent from the result.
+
+        The processing thread waits for this (an assignment that opens tasks with local
+        state), so it returns as soon as the last partition reported its end: each poll
+        returns on the first event, where a batch ``consume`` held every read for its
+        whole timeout (docs/platform-notes.md).
+        """
         wanted = set(partitions)
         if not wanted:
             return {}
         found: dict[TP, int] = {}
+        self._topics.learn({t for t, _p in wanted})
         self._consumer.assign([ck.TopicPartition(t, p, ck.OFFSET_END) for t, p in sorted(wanted)])
         try:
             deadline = time.monotonic() + timeout
-            while len(found) < len(wanted) and time.monotonic() < deadline:
-                for msg in self._consumer.consume(10000, 0.2):
-                    err = msg.error()
-                    if is_partition_eof(err):
-                        found[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
+            while len(found) < len(wanted) and (left := deadline - time.monotonic()) > 0:
+                msg = self._consumer.poll(left)
+                if msg is not None and is_partition_eof(msg.error()):
+                    found[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
         finally:
             self._consumer.unassign()
         return found

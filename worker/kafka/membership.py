@@ -31,17 +31,8 @@ way needs one more join (the follow-up round). The lifecycle, an explicit state 
                               |  \\-> REVOKING -> JOINING (follow-up round) or STABLE
     (any) -> LEFT;  JOINING/SYNCING/REVOKING/STABLE -> UNJOINED when the group dropped us
 
-Leaving gracefully (:meth:`GroupMember.begin_leaving`). A stopping member joins once
-more saying it is leaving; the leader moves its actives in that round, the runtime
-releases them like any revoked task and only then closes the member (LeaveGroup). They
-keep being processed through the join instead of stalling until a round after it.
-
-Asking for a rebalance (:meth:`GroupMember.request_rebalance`, KIP-441's probing
-rebalance). kafka-python has no public ``enforceRebalance``; a rejoin whose subscription
-is unchanged is answered with the previous assignment, without a rebalance, by Kafka (for
-a follower) and by the test broker (for anyone). Like Kafka Streams' ``uniqueField``, the
-subscription carries a counter this member bumps for every request, so the broker sees
-new metadata and rebalances the group, and no member has to leave for it.
+When it joins, what its joins say (leaving, a requested rebalance) and what came of
+them: :mod:`worker.kafka.member_joins`.
 
 Threading: every method is called from the one processing thread; the assignor's
 callbacks run on kafka-python's IO thread and only record (see TaskAssignor). Every use
@@ -51,12 +42,10 @@ of kafka-python's private API is in :mod:`worker.kafka.group_coordinator`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import kafka.errors as kerrors
 from kafka import KafkaConsumer
-from kafka.future import Future
 
 from worker.assignment.model import Subscription
 from worker.assignment.task_id import TP, TaskId
@@ -64,21 +53,18 @@ from worker.clock import Clock, SystemClock
 from worker.config import Settings
 from worker.errors import FatalError, RebalanceInProgress
 from worker.events import (
-    MEMBERSHIP_ASSIGNED,
     MEMBERSHIP_CLOSED,
     MEMBERSHIP_STALE_MEMBER_REMOVED,
     MEMBERSHIP_STARTED,
 )
 from worker.kafka import group_coordinator, member_offsets
-from worker.kafka.error_classifier import group_error, join_can_be_retried
+from worker.kafka.error_classifier import group_error
 from worker.kafka.member_config import kafka_python_config, planner_config
-from worker.kafka.member_states import ALLOWED, Assigned, Lost, MembershipEvent, MemberState
+from worker.kafka.member_joins import MemberJoins
+from worker.kafka.member_states import ALLOWED, MembershipEvent, MemberState
 from worker.kafka.task_assignor import EndOffsets, TaskAssignor
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
-
-# How long a join waits for the source topics' metadata before it starts without it.
-METADATA_WAIT_S = 10.0
 
 
 class GroupMember:
@@ -117,8 +103,6 @@ class GroupMember:
             clock=clock,
         )
         self._log = get_logger(component="membership", group=settings.application_id)
-        self._clock = clock or SystemClock()
-        self._metadata_wait_since: float | None = None  # a join waiting for topic metadata
         self._consumer: KafkaConsumer | None = None
         self._fsm = StateMachine(
             "membership",
@@ -129,15 +113,16 @@ class GroupMember:
             gauge=metrics.membership_state,
             repeat_ok=True,
         )
-        self._join: Future | None = None  # the join under way on kafka-python's IO thread
-        self._join_generation = -1  # the generation the member was in when the join began
-        self._owned: frozenset[TaskId] = frozenset()  # actives of the latest assignment
-        self._rebalance_reason: str | None = None  # a requested rebalance not yet joined
-        self._rebalance_requests = 0
-        self._pending_moves: Mapping[TaskId, str] = {}  # echoed to whoever leads next
-        self._leaving = False  # asked to leave: every join from now says so
-        self._leaving_joined = False  # a join saying so has started
-        self._departed = False  # the round of such a join came back
+        self._joins = MemberJoins(
+            self._fsm,
+            self._assignor,
+            self._topics,
+            subscription,
+            lambda: self.generation,
+            metrics,
+            self._log,
+            clock or SystemClock(),
+        )
 
     @property
     def state(self) -> MemberState:
@@ -221,6 +206,19 @@ class GroupMember:
         return self._fsm.state in (MemberState.JOINING, MemberState.SYNCING, MemberState.REVOKING)
 
     @property
+    def settled(self) -> bool:
+        """In a generation whose round is over with no other due (:meth:`MemberJoins.
+        join_due`): what the worker needs to run, as Kafka Streams' RUNNING needs its
+        rebalance completed. False before the first round, once dropped and when a
+        heartbeat learnt the group is rebalancing. An empty assignment may be settled."""
+        consumer = self._consumer
+        return (
+            consumer is not None
+            and self._fsm.state is MemberState.STABLE
+            and not self._joins.join_due(consumer)
+        )
+
+    @property
     def assigned_partitions(self) -> frozenset[TP]:
         """What the group gave this member: exactly the source partitions of its actives."""
         owned = self._consumer.assignment() if self._consumer is not None else ()
@@ -248,104 +246,7 @@ class GroupMember:
             group_coordinator.keep_alive(consumer)
         except kerrors.KafkaError as exc:
             self._log.warning("membership.heartbeat_failed", error=repr(exc))
-        if self._join is not None:
-            return self._follow_join()
-        if self._fsm.state in (MemberState.STABLE, MemberState.REVOKING) and (
-            group_coordinator.generation_lost(consumer)
-        ):
-            lost, self._owned = self._owned, frozenset()
-            self._transition(MemberState.UNJOINED, reason="dropped from the generation")
-            return [Lost(lost)]
-        self._maybe_join(consumer)
-        return []
-
-    def _follow_join(self) -> list[MembershipEvent]:
-        """Step 2."""
-        join = self._join
-        assert join is not None
-        if not join.is_done:
-            if self._fsm.state is MemberState.JOINING and self.generation != self._join_generation:
-                self._transition(MemberState.SYNCING)
-            return []
-        self._join = None
-        if join.failed():
-            exc = join.exception
-            if join_can_be_retried(exc):
-                self._log.warning("membership.join_failed", error=repr(exc), retry=True)
-                return []  # still JOINING/SYNCING: the next poll starts the join again
-            raise group_error(exc) from exc
-        assignment = self._assignor.take()
-        if assignment is None:
-            # The join ended without an assignment for us (kafka-python refused it, e.g.
-            # a topic vanished, and asked for a rejoin): join again at the next poll.
-            self._log.warning("membership.join_without_assignment")
-            return []
-        revoked = self._owned - assignment.active
-        self._owned = assignment.active
-        self._departed = self._leaving_joined
-        self._pending_moves = assignment.pending_moves
-        self._metrics.rebalances.inc()
-        self._log.info(
-            MEMBERSHIP_ASSIGNED,
-            generation=assignment.generation,
-            active=sorted(map(str, assignment.active)),
-            revoked=sorted(map(str, revoked)),
-            standby=len(assignment.standby),
-            warmup=len(assignment.warmup),
-        )
-        self._transition(MemberState.REVOKING if revoked else MemberState.STABLE)
-        return [Assigned(assignment, revoked)]
-
-    def _maybe_join(self, consumer: KafkaConsumer) -> None:
-        """Step 4."""
-        follow_up = self._fsm.state is MemberState.REVOKING
-        leave = self._leaving and not self._leaving_joined
-        if not (
-            self._fsm.state is not MemberState.STABLE  # never joined, lost, failed, follow-up
-            or self._rebalance_reason is not None
-            or leave
-            or group_coordinator.needs_rejoin(consumer)
-        ):
-            return
-        if not self._metadata_known(consumer):
-            return
-        reason = "leaving" if leave else "follow-up" if follow_up else self._rebalance_reason
-        if reason is not None and reason not in ("follow-up", "leaving"):
-            self._rebalance_requests += 1
-            self._metrics.probing_rebalances.inc()
-        if follow_up:
-            self._metrics.follow_up_rebalances.inc()
-        group_coordinator.request_rejoin(consumer)
-        self._assignor.set_subscription(
-            replace(
-                self._subscription(),
-                rebalance_requests=self._rebalance_requests,
-                pending_moves=self._pending_moves,
-                leaving=self._leaving,
-            )
-        )
-        self._leaving_joined = self._leaving
-        self._rebalance_reason = None  # this join carries everything the request was about
-        self._join_generation = self.generation
-        self._join = group_coordinator.start_join(consumer)
-        self._transition(MemberState.JOINING, reason=reason or "group rebalancing")
-
-    def _metadata_known(self, consumer: KafkaConsumer) -> bool:
-        """Whether a join may start: kafka-python knows every source topic's partitions
-        (:func:`group_coordinator.knows_partitions`), or it has been waited for
-        METADATA_WAIT_S (a topic deleted meanwhile: the leader then plans without it,
-        as before)."""
-        if group_coordinator.knows_partitions(consumer, self._topics):
-            self._metadata_wait_since = None
-            return True
-        now = self._clock.monotonic()
-        if self._metadata_wait_since is None:
-            self._metadata_wait_since = now
-        if now - self._metadata_wait_since < METADATA_WAIT_S:
-            return False
-        self._log.warning("membership.join_without_metadata", topics=self._topics)
-        self._metadata_wait_since = None
-        return True
+        return self._joins.poll(consumer)
 
     def handed_over(self) -> None:
         """The runtime released every revoked task in its changelog (worker/tasks/
@@ -353,53 +254,37 @@ class GroupMember:
         Only while revoking; otherwise a no-op. During a rolling upgrade (a member of an
         older version still in the group) the follow-up round still runs: an older new
         owner takes a task over only when a round gives it."""
-        if self._fsm.state is not MemberState.REVOKING or self._consumer is None:
-            return
-        if not self._assignor.group_reads_compact:
-            return
-        group_coordinator.cancel_follow_up(self._consumer)
-        self._transition(MemberState.STABLE, reason="handed over in this round")
+        if self._consumer is not None:
+            self._joins.handed_over(self._consumer)
 
     def begin_leaving(self, running: frozenset[TaskId] = frozenset()) -> bool:
-        """Hand the actives over before leaving (module doc): a coming ``poll`` joins saying
-        so; :attr:`departed` tells when that round came back. False (just leave) when it
-        owns no active, holds no generation, leads a group of one, or a member of an older
-        version is in the group (it takes tasks over only in a follow-up round). Idempotent.
+        """Hand the actives over before leaving (:mod:`worker.kafka.member_joins`): a coming
+        ``poll`` joins saying so; :attr:`departed` tells when that round came back. False
+        (just leave) when it owns no active, holds no generation, leads a group of one, or a
+        member of an older version is in the group (it takes tasks over only in a follow-up
+        round). Idempotent.
 
         ``running``: the actives the runtime runs. They include tasks it took over on their
         release since the last assignment (no round has given them to it yet, and none
         needs to); those must be handed over too. Seen on Apache Kafka, where a worker
         stopped right after such a take-over left without releasing them."""
-        if self._leaving:
-            return True
-        owned = self._owned | running
-        if not owned or self.commit_generation is None or self._consumer is None:
-            return False
-        alone = self.is_leader and self._assignor.planned_alone
-        if alone or not self._assignor.group_reads_compact:
-            return False
-        self._leaving = True
-        self._log.info("membership.leaving", active=sorted(map(str, owned)))
-        return True
+        return self._joins.begin_leaving(running, self._consumer, self.can_commit)
 
     @property
     def departed(self) -> bool:
         """The round that knew this member is leaving came back (see :meth:`begin_leaving`)."""
-        return self._departed
+        return self._joins.departed
 
     def request_rebalance(self, reason: str) -> None:
         """Ask the whole group to rebalance (KIP-441 probing: a warmup caught up, or the
         probing time came); carried out by a coming ``poll``.
 
         The next join's subscription carries a bumped request counter, which makes the
-        broker rebalance the group (module doc); nothing is revoked for it. Idempotent
+        broker rebalance the group (:mod:`worker.kafka.member_joins`); nothing is revoked for it. Idempotent
         until then; a join already under way is left to finish first. Ignored once left.
         Counts ``worker_probing_rebalances_total`` when the join starts.
         """
-        if self._fsm.state is MemberState.LEFT:
-            return
-        self._rebalance_reason = reason
-        self._log.info("membership.rebalance_requested", reason=reason)
+        self._joins.request_rebalance(reason)
 
     def commit(
         self,
@@ -450,19 +335,13 @@ class GroupMember:
             return
         try:
             if leave:
-                self._finish_join()
+                self._joins.finish(self._settings.session_timeout_ms)
                 consumer.close(autocommit=False, timeout_ms=self._settings.session_timeout_ms)
             else:
                 group_coordinator.close_without_leaving(consumer)
         except Exception as exc:  # closing must not mask the caller's error
             self._log.warning("membership.close_failed", error=repr(exc))
         self._log.info(MEMBERSHIP_CLOSED, left=leave)
-
-    def _finish_join(self) -> None:
-        join, self._join = self._join, None
-        if join is not None and not join.is_done:
-            finished = group_coordinator.wait_for(join, self._settings.session_timeout_ms)
-            self._log.info("membership.join_finished_before_leaving", finished=finished)
 
     def _group_metadata(self) -> tuple[int, str]:
         if self._consumer is None:

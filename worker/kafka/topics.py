@@ -57,7 +57,8 @@ def prepare_topics(
     3. :func:`~worker.processing.internal_topics.plan_internal_topics` over the sources'
        counts (``dead_letter``: an exception handler is set to ``dead_letter``;
        ``window_margin_ms``: the windowed changelogs' retention margin), each repartition
-       topic sized as the sub-topology writing it;
+       topic sized as the sub-topology writing it (a foreign-key join's two topics: as
+       the sub-topology reading them, :func:`repartitions_of`);
     4. :func:`apply_plan`: the co-partitioned topics (changelogs, repartition topics)
        checked and the missing ones created in one request, then the dead-letter topic if
        missing.
@@ -97,10 +98,19 @@ def prepare_topics(
 
 def repartitions_of(topology: BuiltTopology, application_id: str) -> list[Repartition]:
     """The topology's repartition topics (``worker.processing.repartitions``), each sized
-    as the sub-topology writing it: the count of its (co-partitioned) sources."""
+    as the sub-topology writing it: the count of its (co-partitioned) sources. A topic
+    read ``partitioned_as_reader`` (the foreign-key join's subscription and response
+    topics) is sized as the sub-topology reading it instead: the count of its other
+    sources, the table whose partitions it must match."""
     sources = {st.id: st.source_topics for st in topology.subtopologies}
+    as_reader = {
+        s.topic: tuple(o.topic for o in st.sources if not o.partitioned_as_reader)
+        for st in topology.subtopologies
+        for s in st.sources
+        if s.partitioned_as_reader
+    }
     return [
-        Repartition(topic, sorted(sources[writer])[0])
+        Repartition(topic, sorted(as_reader.get(topic) or sources[writer])[0])
         for topic, writer in sorted(repartition_writers(topology, application_id).items())
     ]
 

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import enum
 import functools
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -40,8 +41,12 @@ from worker.kafka.error_classifier import (
     transaction_error,
     transaction_failure,
 )
+from worker.laps import Laps
 from worker.lifecycle import StateMachine
 from worker.observability import Metrics, get_logger
+
+# A commit longer than this is logged with its parts (flush, offsets, commit).
+SLOW_COMMIT_S = 0.15
 
 
 @functools.cache
@@ -177,6 +182,13 @@ class TransactionalProducer:
             transitions=None if metrics is None else metrics.transaction_transitions,
             level="debug",
         )
+        self._laps = Laps(
+            "transaction.slow_commit",
+            time.monotonic,
+            SLOW_COMMIT_S,
+            component="transactions",
+            transactional_id=transactional_id,
+        )
         self._init()
 
     @property
@@ -276,9 +288,12 @@ class TransactionalProducer:
             failure, self._dead = self._dead, None
             self.abort(failure)
             raise failure
+        laps = self._laps
+        laps.start()
         self._begin()
         try:
             self._deliveries.check(self._producer.flush(self._timeout), self._timeout)
+            laps.lap("flush")
             if offsets:
                 notes = metadata or {}
                 positions = [
@@ -288,7 +303,10 @@ class TransactionalProducer:
                 self._producer.send_offsets_to_transaction(
                     positions, group_metadata(), self._timeout
                 )
+                laps.lap("send_offsets")
             self._producer.commit_transaction(self._timeout)
+            laps.lap("commit_transaction")
+            laps.finish()
         except RebalanceInProgress as exc:
             moved = GenerationMoved(f"commit: {exc}")
             self.abort(moved)

@@ -9,7 +9,6 @@ from typing import Any
 
 from worker.errors import TopologyError
 from worker.operators.windowed import (
-    SESSION_EMIT_INTERVAL_MS,
     Aggregator,
     Initializer,
     Merger,
@@ -45,21 +44,19 @@ class SessionAggregation(SessionShapedAggregation[SessionWindows]):
             raise TopologyError(f"aggregation {name!r}: merger is not callable")
         self._merger = merger
 
-    def emit_schedule(self) -> tuple[int, int]:
-        return min(SESSION_EMIT_INTERVAL_MS, self.windows.gap_ms), 0
+    def reach_ms(self) -> int:
+        return self.windows.gap_ms
 
-    def fold(
+    def fold_in_time(
         self, ctx: ProcessorContext, store: RawSessionStore, key: Any, raw_key: bytes, value: Any
     ) -> None:
-        """Merge the record into the key's sessions within the gap, or count it late."""
+        """Merge the record into the key's sessions within the gap, or count it late.
+
+        One over gap + grace behind was counted late before (:meth:`fold`): it could
+        reach back to a session past retention, which the store no longer shows, so it
+        is late whatever it would merge with."""
         ts = ctx.timestamp
-        store.advance(ts)
         windows = self.windows
-        if windows.is_late(ts, store.observed_ms):
-            # Over gap + grace behind: it could reach back to a session past retention,
-            # which the store no longer shows, so it is late whatever it would merge with.
-            self.late(store, ctx)
-            return
         earliest_end, latest_start = windows.search_bounds(ts)
         found = {
             Window(s.start_ms, s.end_ms): s.value

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from worker.operators.windowed import SESSION_EMIT_INTERVAL_MS, SessionShapedAggregation
+from worker.operators.windowed import SessionShapedAggregation
 from worker.processing import sliding
 from worker.processing.context import ProcessorContext
 from worker.processing.windows import SlidingWindows, Window
@@ -23,19 +23,15 @@ from worker.state.contracts import RawSessionStore, StoredWindow
 class SlidingAggregation(SessionShapedAggregation[SlidingWindows]):
     """A windowed aggregation over sliding windows, kept in a session-shaped store."""
 
-    def emit_schedule(self) -> tuple[int, int]:
-        return min(SESSION_EMIT_INTERVAL_MS, self.windows.time_difference_ms), 0
+    def reach_ms(self) -> int:
+        return self.windows.time_difference_ms
 
-    def fold(
+    def fold_in_time(
         self, ctx: ProcessorContext, store: RawSessionStore, key: Any, raw_key: bytes, value: Any
     ) -> None:
-        """Apply the record's plan to the key's windows, or count it late."""
+        """Apply the record's plan to the key's windows."""
         ts = ctx.timestamp
-        store.advance(ts)
         windows = self.windows
-        if windows.is_late(ts, store.observed_ms):
-            self.late(store, ctx)
-            return
         d = windows.time_difference_ms
         found = {
             Window(s.start_ms, s.end_ms): s for s in store.find_sessions(raw_key, ts - d, ts + 1)

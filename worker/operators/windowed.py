@@ -197,7 +197,35 @@ SessionShapedT = TypeVar("SessionShapedT", SessionWindows, SlidingWindows)
 
 class SessionShapedAggregation(WindowedAggregation[RawSessionStore, SessionShapedT]):
     """Sessions and sliding windows: a session-shaped store (windows told apart by both
-    bounds), windows that close at any instant."""
+    bounds), windows that close at any instant. A kind supplies :meth:`reach_ms` and
+    :meth:`fold_in_time`."""
+
+    def reach_ms(self) -> int:
+        """How far a record reaches in time (a session's gap, a sliding window's time
+        difference): emit-final runs at least this often in stream time."""
+        raise NotImplementedError
+
+    def fold_in_time(
+        self, ctx: ProcessorContext, store: RawSessionStore, key: Any, raw_key: bytes, value: Any
+    ) -> None:
+        """Fold a record that is not late (the store advanced to it) into its windows; it
+        may still be late for all of them (then count it late)."""
+        raise NotImplementedError
+
+    def emit_schedule(self) -> tuple[int, int]:
+        return min(SESSION_EMIT_INTERVAL_MS, self.reach_ms()), 0
+
+    def fold(
+        self, ctx: ProcessorContext, store: RawSessionStore, key: Any, raw_key: bytes, value: Any
+    ) -> None:
+        """Advance the store to the record; count it late when ``windows.is_late`` says
+        so, else :meth:`fold_in_time`."""
+        ts = ctx.timestamp
+        store.advance(ts)
+        if self.windows.is_late(ts, store.observed_ms):
+            self.late(store, ctx)
+            return
+        self.fold_in_time(ctx, store, key, raw_key, value)
 
     def closed_windows(
         self, store: RawSessionStore, from_ms: int, to_ms: int

@@ -12,8 +12,9 @@ leaves one place to add a topic kind: a repartition topic (the DSL's, issue 30) 
 Partition counts: a sub-topology runs one task per partition of its source topics, which
 must all have the same count (co-partitioned); its changelogs get that count. A
 repartition topic takes the count of the topic named in its ``partitions_from`` (an
-upstream source topic, or another repartition topic), and a sub-topology reading it
-runs as many tasks.
+upstream source topic, another repartition topic, or, for a foreign-key join's
+subscription and response topics, the table topic of the sub-topology reading it), and
+a sub-topology reading it runs as many tasks.
 """
 
 from __future__ import annotations

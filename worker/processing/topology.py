@@ -46,6 +46,9 @@ class SourceNode:
     key_serde: Serde
     value_serde: Serde
     table_store: str | None = None  # set for tables: the store this topic upserts
+    # an internal topic sized as the other topics of the sub-topology reading it, not as
+    # its writer's (the foreign-key join's: see worker.kafka.topics.repartitions_of)
+    partitioned_as_reader: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +165,24 @@ class Topology:
         self._order.append(name)
 
     def add_source(
-        self, name: str, topic: str, key_serde: Serde = BYTES, value_serde: Serde = BYTES
+        self,
+        name: str,
+        topic: str,
+        key_serde: Serde = BYTES,
+        value_serde: Serde = BYTES,
+        *,
+        partitioned_as_reader: bool = False,
     ) -> Topology:
-        """A stream of records from ``topic``; its children see every record."""
+        """A stream of records from ``topic``; its children see every record.
+
+        ``partitioned_as_reader``: ``topic`` is an internal topic that must have the
+        partition count of the other topics this source's sub-topology reads (it is
+        co-partitioned with the table held there), whatever its writer reads."""
         self._check_topic_unused(topic)
         self._claim(name)
-        self._sources[name] = SourceNode(name, topic, key_serde, value_serde)
+        self._sources[name] = SourceNode(
+            name, topic, key_serde, value_serde, partitioned_as_reader=partitioned_as_reader
+        )
         return self
 
     def add_table(

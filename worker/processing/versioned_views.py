@@ -32,7 +32,16 @@ class VersionedKeyValueStore:
     (older than the store's history allows: dropped, as in Kafka Streams).
     """
 
-    __slots__ = ("name", "_raw", "_keys", "_values", "_now")
+    __slots__ = (
+        "name",
+        "_raw",
+        "_keys",
+        "_values",
+        "_now",
+        "_encode_key",
+        "_decode_value",
+        "_value_as_of",
+    )
 
     def __init__(
         self,
@@ -48,6 +57,9 @@ class VersionedKeyValueStore:
         self._keys = Codec(key_serde, kept=True)
         self._values = Codec(value_serde, kept=True)
         self._now = now
+        self._encode_key = self._keys.fast_encode
+        self._decode_value = self._values.fast_decode
+        self._value_as_of = raw.value_as_of
 
     @property
     def raw(self) -> RawVersionedStore:
@@ -75,9 +87,20 @@ class VersionedKeyValueStore:
         return None if found is None else self._values.decode(found.value)
 
     def get_as_of(self, key: Any, as_of_ms: int) -> Any:
-        """The value of ``key`` valid at ``as_of_ms``, or None (also below the history)."""
-        found = self.get_version(key, as_of_ms)
-        return None if found is None else found.value
+        """The value of ``key`` valid at ``as_of_ms``, or None (also below the history).
+        A stream-table join calls this per record: the serdes' fast paths, as the
+        key-value view's ``get``, and no version built."""
+        try:  # ``_key`` inline
+            raw_key = self._encode_key(key) if key is not None else None
+        except Exception:
+            raw_key = None
+        data = self._value_as_of(self._key(key) if raw_key is None else raw_key, as_of_ms)
+        if data is None:
+            return None
+        try:
+            return self._decode_value(data)
+        except Exception:
+            return self._values.decode(data)
 
     def get_version(self, key: Any, as_of_ms: int | None = None) -> VersionedValue | None:
         """The version valid at ``as_of_ms`` (default: the newest) with its start time."""
@@ -91,7 +114,12 @@ class VersionedKeyValueStore:
         return VersionedValue(self._values.decode(found.value), found.valid_from_ms)
 
     def _key(self, key: Any) -> bytes:
-        data = self._keys.encode(key)
+        try:
+            data = self._encode_key(key) if key is not None else None
+        except Exception:
+            data = None
+        if data is None:
+            data = self._keys.encode(key)  # raises the serde's own error
         if data is None:
             raise SerdeError(f"store {self.name!r}: a key cannot be None")
         return data

@@ -22,6 +22,7 @@ from worker.errors import TaskMigrated
 from worker.kafka.collector import RecordCollector
 from worker.kafka.consumers import DataConsumer
 from worker.kafka.membership import GroupMember
+from worker.laps import Laps
 from worker.observability import Metrics, get_logger
 from worker.runtime.global_tables import GlobalTables
 from worker.runtime.probing import ProbeScheduler
@@ -70,8 +71,9 @@ class ProcessingLoop:
         self._last_commit = clock.monotonic()
         self._next_clean = self._last_commit + self._clean_interval
 
-    def step(self) -> float:
+    def step(self, laps: Laps) -> float:
         """One iteration's data work; returns the clock reading it judged commits on.
+        Its parts are timed on ``laps`` (the iteration's, see worker/laps.py).
 
         Raises fatal errors to the worker.
         """
@@ -79,24 +81,31 @@ class ProcessingLoop:
         poll_s = self._poll_s
         if self._globals is not None:
             self._globals.update()  # between batches: lookups see the tables' latest
+            laps.lap("global_tables")
         reading = tasks.reading_changelogs()
         consuming = bool(self._consumer.assigned) and not self.backpressure
         if reading:
             tasks.restore_step(timeout=0.0 if consuming else poll_s)
             self._parts.manager.check_releases(self._member.generation)
+            laps.lap("restore")
         if consuming:
             messages = self._consumer.consume(CONSUME_BATCH, 0.0 if tasks.restoring() else poll_s)
+            laps.lap("consume")
             if messages:
                 self._parts.router.process(messages)
+                laps.lap("process")
         elif not reading:
             self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
+            laps.lap("idle")
         self._parts.router.punctuate()  # also without records: wall-clock punctuators
         self._collector.poll()
+        laps.lap("punctuate")
         now = self._clock.monotonic()
         over = self._over_memory_bound()
         due = now - self._last_commit >= self._commit_interval or over
         if due and self._try_commit(over):
             self._last_commit = now
+        laps.lap("commit")
         self._parts.healer.heal_reported()  # corruption a read, write or query met
         self.probes.check(tasks, self._member)
         if now >= self._next_clean:
@@ -104,6 +113,7 @@ class ProcessingLoop:
             self._next_clean = now + self._clean_interval
         if self._disk is not None:
             self._disk.check(now)  # measures every 10 s
+        laps.lap("upkeep")
         return now
 
     def _over_memory_bound(self) -> bool:

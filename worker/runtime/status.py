@@ -227,8 +227,9 @@ class Status:
 
     @property
     def ready(self) -> bool:
-        """Ready when running, connected to the broker, and every active task is processing
-        (not restoring)."""
+        """Ready when running (the group settled and every task it moved here taken over:
+        ``Worker._follow_group``), connected to the broker, and every active task is
+        processing (not restoring)."""
         return (
             self.state is WorkerState.RUNNING
             and self.broker_connected

@@ -15,12 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from worker.assignment.model import Subscription
+from worker.assignment.task_id import TaskId
 from worker.clock import Clock, SystemClock
 from worker.config import Settings
 from worker.endpoint import is_wildcard
 from worker.events import WORKER_STARTING, WORKER_STOPPED
 from worker.kafka.broker_access import BROKER_ACCESS
 from worker.kafka.member_states import Lost, MembershipEvent
+from worker.laps import Laps
 from worker.observability import Metrics, get_logger
 from worker.processing.topology import BuiltTopology
 from worker.runtime.assembly import Hooks, Outcome, Runtime, assemble
@@ -72,8 +74,10 @@ class Worker:
         self._watchdog = ShutdownWatchdog(self._stop, settings.shutdown_timeout_ms / 1000.0)
         self._rt: Runtime | None = None  # what run() started; None before and after it
         self._assigned = False
+        self._incoming: frozenset[TaskId] = frozenset()  # moved here, not active here yet
         self._saved_member_id: str | None = None
         self._broker_connected = True
+        self._laps = Laps("loop.slow_iteration", self.clock.monotonic, component="loop")
 
     # -- control from other threads (signal handlers) --------------------------------
 
@@ -252,19 +256,37 @@ class Worker:
 
         Raises fatal errors (the run then enters ERROR).
         """
+        laps = self._laps
+        laps.start()
         events = rt.member.poll()
+        laps.lap("member_poll")
         if events:
             self._on_membership(rt, events)
-        now = rt.loop.step()
+            laps.lap("membership")
+        now = rt.loop.step(laps)
         self._check_broker(rt)
         self._observe_availability(rt)
         rt.topic_watch.check(now)
         self._follow_group(rt, now)
+        laps.lap("follow")
+        laps.finish(member=rt.member.state.value)
 
     def _follow_group(self, rt: Runtime, now: float) -> None:
-        """RUNNING once assigned, restored and settled, REBALANCING while not; publish or
-        just beat the heart (``now``, on the injected clock)."""
-        settled = self._assigned and not rt.parts.tasks.restoring() and not rt.member.rebalancing
+        """RUNNING once settled, REBALANCING while not; publish or just beat the heart
+        (``now``, on the injected clock).
+
+        Settled, as Kafka Streams' RUNNING: an assignment applied, its round over and none
+        due (:attr:`GroupMember.settled`), every task the round moves here active here
+        (taken over on its release, worker/tasks/handover.py, or given by the follow-up
+        round) and restored. An empty assignment in a settled group is settled; one
+        that is empty only until its old owners release what it moves here is not.
+        """
+        settled = (
+            self._assigned
+            and rt.member.settled
+            and self._moves_arrived(rt)
+            and not rt.parts.tasks.restoring()
+        )
         if self._fsm.state is WorkerState.RUNNING and not settled:
             self._set_state(WorkerState.REBALANCING)
         elif (
@@ -275,6 +297,13 @@ class Worker:
             self._publish()  # fresh offsets and lags for /tasks and interactive queries
         else:
             self._status = replace(self._status, heartbeat=now)
+
+    def _moves_arrived(self, rt: Runtime) -> bool:
+        """Whether every task the latest assignment moves to this instance (its
+        ``pending_moves``) is active here; forgets those that are."""
+        if self._incoming:
+            self._incoming -= rt.parts.manager.tasks_by_role(TaskRole.ACTIVE)
+        return not self._incoming
 
     def _observe_availability(self, rt: Runtime) -> None:
         """Charge the seconds active tasks sat on waiting input (issue 13, item 4)."""
@@ -315,9 +344,11 @@ class Worker:
                 continue
             assignment = event.assignment
             self._routing = self._routing.with_assignment(assignment)  # published by on_change
-            incoming = awaiting_of(
-                assignment.pending_moves, assignment.standby, rt.state_dir.process_id
+            me = rt.state_dir.process_id
+            self._incoming = frozenset(
+                t for t, owner in assignment.pending_moves.items() if owner == me
             )
+            incoming = awaiting_of(assignment.pending_moves, assignment.standby, me)
             if rt.parts.manager.on_assigned(assignment, frozenset(incoming)):
                 rt.member.handed_over()
             rt.loop.probes.on_assignment(assignment)

@@ -251,6 +251,8 @@ class RawVersionedStore(Protocol):
 
     def get_as_of(self, key: bytes, as_of_ms: int) -> Version | None: ...
 
+    def value_as_of(self, key: bytes, as_of_ms: int) -> bytes | None: ...
+
 
 class Buffered(NamedTuple):
     """One record of a stream-stream join's buffer: its time, its number in the store

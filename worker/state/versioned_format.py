@@ -31,7 +31,7 @@ from worker.state.window_format import (
 )
 
 _BE8 = struct.Struct(">Q")
-_LATEST_HEAD = struct.Struct(">QQB")
+LATEST_HEAD = struct.Struct(">QQB")  # a newest version's time, prune time and flag
 HISTORY_PREFIX = b"\x00"
 LATEST_PREFIX = b"\x01"
 NO_HISTORY = 2**63 - 1  # the prune time of a key without older versions
@@ -90,16 +90,16 @@ def history_time(stored_key: bytes) -> int:
 
 def encode_latest(ts_ms: int, prune_ms: int, value: bytes | None) -> bytes:
     if value is None:
-        return _LATEST_HEAD.pack(ts_ms, prune_ms, 0)
-    return _LATEST_HEAD.pack(ts_ms, prune_ms, 1) + value
+        return LATEST_HEAD.pack(ts_ms, prune_ms, 0)
+    return LATEST_HEAD.pack(ts_ms, prune_ms, 1) + value
 
 
 def decode_latest(stored: bytes) -> Latest:
     """Raises CorruptWindowEntry: shorter than its header."""
-    if len(stored) < _LATEST_HEAD.size:
+    if len(stored) < LATEST_HEAD.size:
         raise CorruptWindowEntry(f"{stored[:32]!r}: not a versioned latest value")
-    ts, prune, flag = _LATEST_HEAD.unpack_from(stored, 0)
-    return Latest(ts, prune, stored[_LATEST_HEAD.size :] if flag else None)
+    ts, prune, flag = LATEST_HEAD.unpack_from(stored, 0)
+    return Latest(ts, prune, stored[LATEST_HEAD.size :] if flag else None)
 
 
 def encode_version(value: bytes | None) -> bytes:
@@ -152,3 +152,11 @@ def plan_prune(
         keep.pop(0)
     kept = {ts for ts, _ in keep}
     return [ts for ts in times if ts not in kept], first_prune(keep, latest_ms)
+
+
+def key_dead(latest: Latest, cutoff_ms: int) -> bool:
+    """Whether a key whose newest version is ``latest`` answers no read still allowed:
+    a tombstone at or before the cutoff (and every older version, superseded by it).
+    Deleting such a key entirely changes no read and no write: a write must be at or
+    after the cutoff, so it becomes the newest version either way."""
+    return latest.value is None and latest.ts_ms <= cutoff_ms

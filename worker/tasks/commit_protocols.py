@@ -32,6 +32,10 @@ from worker.tasks.task import Task
 Releases = Sequence[tuple[Sequence[TP], ReleaseMarker]]
 
 
+# The reason of a commit the group refused (the member's generation moved on meanwhile).
+GENERATION_MOVED = "generation_moved"
+
+
 class CommitFailed(WorkerError):
     """The commit did not happen; nothing of it is in the stores. ``reason`` labels the metric."""
 
@@ -187,7 +191,7 @@ class ExactlyOnceCommit:
         except ProducerFenced as exc:
             raise CommitFailed("fenced", str(exc)) from exc
         except GenerationMoved as exc:
-            raise CommitFailed("generation_moved", str(exc)) from exc
+            raise CommitFailed(GENERATION_MOVED, str(exc)) from exc
         except TransactionAborted as exc:
             raise CommitFailed("transaction_failed", str(exc)) from exc
         for task in tasks:

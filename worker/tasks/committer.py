@@ -12,7 +12,12 @@ from collections.abc import Callable, Mapping
 from worker.assignment.task_id import TP
 from worker.errors import RebalanceInProgress, StoreCorrupted, TaskCorrupted
 from worker.observability import get_logger
-from worker.tasks.commit_protocols import CommitFailed, CommitProtocol, Releases
+from worker.tasks.commit_protocols import (
+    GENERATION_MOVED,
+    CommitFailed,
+    CommitProtocol,
+    Releases,
+)
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
@@ -69,7 +74,10 @@ class TaskCommitter:
                     self._tasks.ctx.corruption.report(task_id, exc.reason)  # type: ignore[arg-type]
             # Only the tasks with work since their last commit lost something; the
             # others had nothing in it and go on as they are.
-            self._tasks.revive(pending, reason, str(exc))
+            # A commit the group refused never committed: its transaction is aborted and
+            # the stores hold what the changelogs do, so no restore is needed.
+            current = reason == GENERATION_MOVED
+            self._tasks.revive(pending, reason, str(exc), stores_current=current)
             return False
         for task in running:
             task.mark_sources_committed(offsets)

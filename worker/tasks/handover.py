@@ -30,7 +30,7 @@ that rebalance itself when its commit failed, and for every task it cannot relea
 changelog (stateless, or stores that are all tables): those keep KIP-429's follow-up round.
 
 Warmup promotion, scale-out and graceful scale-in all move tasks this way. A worker that
-stops on SIGTERM joins once more saying it is leaving (worker/kafka/membership.py), so the
+stops on SIGTERM joins once more saying it is leaving (worker/kafka/member_joins.py), so the
 round moves every active of its, releases them like any revoked task, and leaves once their
 new owners have written (:class:`TakeOverWatch`).
 """

@@ -180,7 +180,14 @@ class Tasks:
             self.close(task_id, clean)
         self.publish_kinds()
 
-    def revive(self, tasks: list[Task], reason: str, error: str, sends_kept: bool = False) -> None:
+    def revive(
+        self,
+        tasks: list[Task],
+        reason: str,
+        error: str,
+        sends_kept: bool = False,
+        stores_current: bool = False,
+    ) -> None:
         """Close dirty and revive: drop buffers and positions, restore, reprocess.
 
         The stores hold only committed data (the buffers never reached RocksDB), so
@@ -194,6 +201,10 @@ class Tasks:
         last one completed (a failed commit revives without ``sends_kept``), so the stores
         hold all their changelogs do; a restore would only wait for the changelogs' ends
         (a fetch wait each, ~0.5 s), for every bad record of a burst (issue 32).
+        ``stores_current``: the same without ``sends_kept``'s meaning, for an exactly-once
+        commit refused before it could commit (``generation_moved``): its transaction
+        was aborted, so the changelogs hold nothing the stores lack (docs/platform-notes.md,
+        "A staying task's pause on Kafka").
         """
         self._log.warning(
             "tasks.revived", reason=reason, tasks=sorted(str(t.id) for t in tasks), error=error
@@ -204,7 +215,7 @@ class Tasks:
             task.transition(TaskState.SUSPENDED, f"revived: {reason}")
             task.revived = True
             self.ctx.metrics.task_revivals.labels(reason=reason).inc()
-            if sends_kept:  # runs again at the next restore step, after this batch
+            if sends_kept or stores_current:  # runs again at the next restore step
                 task.transition(TaskState.RESTORING, "revived: stores current")
                 self._current.append(task)
             else:

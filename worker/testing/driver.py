@@ -212,13 +212,16 @@ class TopologyTestDriver:
         """Process queued records in the order they were written, each followed by a
         commit of every task and the punctuators due (which may queue more)."""
         while self._queue:
-            record = self._queue.popleft()
-            task = self._tasks[(record.topic(), record.partition())]
-            try:
-                task.process_run([record], 0)
-            except RunFailed as exc:
-                raise exc.__cause__ or exc from None
-            self._punctuate_and_commit()
+            self._process(self._queue.popleft())
+
+    def _process(self, record: LogRecord) -> None:
+        """One record through its task, then a commit of every task and the punctuators due."""
+        task = self._tasks[(record.topic(), record.partition())]
+        try:
+            task.process_run([record], 0)
+        except RunFailed as exc:
+            raise exc.__cause__ or exc from None
+        self._punctuate_and_commit()
 
     def _punctuate_and_commit(self) -> None:
         for task in self._all:

@@ -27,7 +27,7 @@ from tests.unit.kafka.test_task_assignor import (
 )
 from worker.assignment.model import JSON_VERSION, Subscription
 from worker.events import MEMBERSHIP_ASSIGN
-from worker.kafka import membership
+from worker.kafka import member_joins, membership
 from worker.kafka.member_states import Assigned, MemberState
 
 
@@ -59,6 +59,7 @@ def test_a_leaving_member_gets_nothing_and_its_tasks_move_to_their_standbys_in_t
 def member(monkeypatch: pytest.MonkeyPatch) -> Harness:
     coordinator = FakeCoordinator()
     monkeypatch.setattr(membership, "group_coordinator", coordinator)
+    monkeypatch.setattr(member_joins, "group_coordinator", coordinator)
     return Harness(coordinator)
 
 

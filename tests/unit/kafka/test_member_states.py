@@ -1,9 +1,9 @@
 """GroupMember as a state machine: joins that never block, revocations, follow-up rounds,
 requested rebalances, a lost generation and commits deferred while the group rebalances.
 
-kafka-python is replaced at our own seam, :mod:`worker.kafka.group_coordinator`, by a fake
-whose joins finish only when the test says so; the broker's side is shown in
-tests/integration/test_membership.py.
+kafka-python is replaced at our own seam, :mod:`worker.kafka.group_coordinator` (where the
+member and its joins import it), by a fake whose joins finish only when the test says so;
+the broker's side is shown in tests/integration/test_membership.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from worker.assignment.task_id import TaskId
 from worker.clock import FakeClock
 from worker.config import Settings
 from worker.errors import BrokerAccessDenied, FatalError, RebalanceInProgress
-from worker.kafka import group_coordinator, membership
+from worker.kafka import group_coordinator, member_joins, membership
 from worker.kafka.member_config import planner_config
 from worker.kafka.member_states import Assigned, Lost, MemberState
 from worker.kafka.membership import GroupMember
@@ -120,6 +120,7 @@ def _assignment(*active: TaskId, standby: tuple[TaskId, ...] = ()) -> Assignment
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCoordinator]:
     coordinator = FakeCoordinator()
     monkeypatch.setattr(membership, "group_coordinator", coordinator)
+    monkeypatch.setattr(member_joins, "group_coordinator", coordinator)
     yield coordinator
 
 
@@ -192,7 +193,7 @@ def test_a_join_waits_for_the_source_topics_metadata_then_for_at_most_a_while(
     harness.fake.metadata_known = False
     assert harness.member.poll() == []
     assert harness.member.state is MemberState.UNJOINED  # a leader would plan no task
-    harness.clock.advance(membership.METADATA_WAIT_S - 0.1)
+    harness.clock.advance(member_joins.METADATA_WAIT_S - 0.1)
     harness.member.poll()
     assert harness.member.state is MemberState.UNJOINED
     harness.clock.advance(0.1)

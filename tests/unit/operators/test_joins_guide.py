@@ -109,3 +109,26 @@ def test_the_dsl_example_runs_in_the_test_driver_over_two_partitions() -> None:
         assert d.output_topic("enriched").read_key_values() == [
             ("acct-1", [{"account": "acct-1"}, PROFILE])
         ]
+
+
+def test_the_foreign_key_example_gives_what_the_guide_says_over_two_partitions() -> None:
+    from worker.testing import TopologyTestDriver
+
+    found = re.search(r"### DSL: foreign-key join\n.*?```python\n(.*?)```", GUIDE.read_text(), re.S)
+    assert found
+    scope: dict[str, Any] = {"pair": lambda a, b: [a, b]}
+    exec(compile(found.group(1), "joins.md (DSL, foreign key)", "exec"), scope)  # noqa: S102
+    order, moved, ada, bob = {"customer": "c1"}, {"customer": "c2"}, {"n": "Ada"}, {"n": "Bob"}
+    with TopologyTestDriver(scope["b"], {"application.id": "app"}, partitions=2) as d:
+        orders, customers = d.input_topic("orders"), d.input_topic("customers")
+        out = d.output_topic("orders-enriched")
+        orders.pipe("o1", order, timestamp=1)
+        customers.pipe("c1", ada, timestamp=2)
+        assert out.read_key_values() == [("o1", [order, None]), ("o1", [order, ada])]
+        customers.pipe("c2", bob, timestamp=3)
+        orders.pipe("o1", moved, timestamp=4)
+        customers.pipe("c1", {"n": "Ada 2"}, timestamp=5)
+        assert out.read_key_values() == [("o1", [moved, bob])]
+        assert d.store("with-customer-store").get("o1") == [moved, bob]
+        orders.pipe("o1", None, timestamp=6)
+        assert out.read_key_values() == [("o1", None)]

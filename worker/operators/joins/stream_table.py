@@ -91,6 +91,28 @@ class StreamTableJoin:
         return store.get(key)
 
 
+def _keyed_lookup(join: StreamTableJoin) -> Callable[[ProcessorContext, Any, Any], None]:
+    """``join.process`` for a join without a grace or a key mapper, with ``_join`` inline
+    and its settings in the closure: a stream-table join's whole per-record cost over the
+    lookup it replaces is this function and the table read (docs/benchmarks.md). A record
+    without a key takes ``join.process``."""
+    table, joiner, left, slow = join.table, join.joiner, join.left, join.process
+
+    def process(ctx: ProcessorContext, key: Any, value: Any) -> None:
+        if key is None or value is None:
+            slow(ctx, key, value)
+            return
+        store = ctx.store(table)
+        if isinstance(store, VersionedKeyValueStore):
+            other = store.get_as_of(key, ctx.timestamp)
+        else:
+            other = store.get(key)
+        if other is not None or left:
+            ctx.forward(key, joiner(value, other))
+
+    return process
+
+
 @dataclass(frozen=True, slots=True)
 class Grace:
     """A join's grace: how long records wait, in which store, with which serdes."""
@@ -143,4 +165,6 @@ def add_stream_table_join(
         stores.append(buffer)
         grace = Grace(grace_ms, buffer, Codec(key_serde), Codec(value_serde))
     join = StreamTableJoin(table, joiner, left, key_mapper, grace)
-    return topology.add_processor(name, join.process, [stream], stores)
+    plain = grace is None and key_mapper is None
+    process = _keyed_lookup(join) if plain else join.process
+    return topology.add_processor(name, process, [stream], stores)

@@ -61,15 +61,21 @@ class TableTableJoin:
     def _update(self, ctx: ProcessorContext, key: Any, left: Any, right: Any) -> None:
         if key is None:
             return
-        result = joined(self.kind, self.joiner, left, right)
-        store = ctx.store(self.name)
-        if result is None:
-            if store.get(key) is None:
-                return
-            store.delete(key)
-        else:
-            store.put(key, result)
-        ctx.forward(key, result)
+        update_result(ctx, self.name, key, joined(self.kind, self.joiner, left, right))
+
+
+def update_result(ctx: ProcessorContext, store_name: str, key: Any, result: Any) -> None:
+    """Make ``result`` (None: no row) ``key``'s row of the result table in store
+    ``store_name`` and forward it; a tombstone only if the row existed, so deletes
+    propagate exactly once."""
+    store = ctx.store(store_name)
+    if result is None:
+        if store.get(key) is None:
+            return
+        store.delete(key)
+    else:
+        store.put(key, result)
+    ctx.forward(key, result)
 
 
 def add_table_table_join(
