@@ -58,7 +58,7 @@ from worker.processing import timestamps
 
 NAME = "scale_out"
 TITLE = "Scale-out"
-TASKS = [f"0_{p}" for p in range(EXAMPLE_PARTITIONS)]
+TASKS = [f"{s}_{p}" for s in (0, 1) for p in range(EXAMPLE_PARTITIONS)]  # scoring, joins
 MODES = {"warmups on": 2, "warmups off": 0}
 
 
@@ -320,11 +320,11 @@ def _run_mode(ctx: RunContext, params: Params, label: str, warmups: int) -> Mode
 
 
 def _balanced(first: WorkerProcess, second: WorkerProcess) -> bool:
-    """Each worker runs two active tasks (processing, not restoring) and no warmup."""
+    """Each worker runs half the active tasks (processing, not restoring) and no warmup."""
     for worker in (first, second):
         tasks = readyz_tasks(worker)
         running = [t for t in tasks if t["kind"] == "active" and t["state"] == "running"]
-        if len(running) != EXAMPLE_PARTITIONS // 2 or any(t["kind"] == "warmup" for t in tasks):
+        if len(running) != len(TASKS) // 2 or any(t["kind"] == "warmup" for t in tasks):
             return False
     return True
 

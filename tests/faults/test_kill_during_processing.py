@@ -22,11 +22,10 @@ def _assert_stores_match_their_offsets(state_dir, application_id, bootstrap):
     env = RocksDBEnv(64 * 1024 * 1024)
     checked = 0
     for partition in range(PARTITIONS):
-        task_dir = state_dir / application_id / str(TaskId(0, partition))
-        for store_name, topic in (
-            (app.TOTALS, f"{application_id}-{app.TOTALS}-changelog"),
-            (app.PROFILES, app.PROFILES),
-        ):
+        # The totals of the scoring sub-topology, the versioned profiles of the joins'.
+        for subtopology, store_name in ((0, app.TOTALS), (1, app.PROFILES)):
+            topic = f"{application_id}-{store_name}-changelog"
+            task_dir = state_dir / application_id / str(TaskId(subtopology, partition))
             store = Store.open(task_dir / "rocksdb" / store_name, env, store_name)
             try:
                 offset = store.committed_offsets().get((topic, partition))
@@ -79,7 +78,7 @@ def test_kill_9_mid_processing_leaves_consistent_state_and_loses_no_input(
     removed = [i for i, e in enumerate(events) if e.get("event") == MEMBERSHIP_STALE_MEMBER_REMOVED]
     assert len(removed) == 1 and events[removed[0]]["error"] is None
     first = next(e for e in events[removed[0] :] if e.get("event") == MEMBERSHIP_ASSIGNED)
-    assert len(first["active"]) == PARTITIONS
+    assert len(first["active"]) == 2 * PARTITIONS  # the scoring and the joins tasks
     expected_totals, expected_alerts = data.reference()
     wait_until(
         lambda: {a["payment_id"] for a in data.alerts()} >= set(expected_alerts),

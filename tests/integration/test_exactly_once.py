@@ -20,9 +20,9 @@ def test_two_exactly_once_workers_produce_exactly_the_reference(own_broker, work
     a = worker_factory("a", settings=settings)
     b = worker_factory("b", settings=settings)
     wait_until(
-        lambda: a.ready() and b.ready() and a.metric("worker_tasks", kind="active") == 2,
+        lambda: a.ready() and b.ready() and a.metric("worker_tasks", kind="active") == 4,
         90,
-        message="both ready with two tasks each",
+        message="both ready with four of the eight tasks each",
     )
     data.produce(4000)
     expected_totals, expected_alerts = data.reference()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.example_app import PARTITIONS, example_data
+from tests.integration.example_app import TASKS, example_data
 from tests.integration.stuck_app import HANG, MARKER, TOPIC_ENV
 from tests.support.waiting import wait_until
 from worker.config import load
@@ -27,6 +27,7 @@ from worker.events import MEMBERSHIP_CLOSED, WORKER_SHUTDOWN_TIMEOUT, WORKER_STO
 from worker.kafka.admin import Admin, TopicSpec
 from worker.kafka.consumers import fetch_high_watermarks
 from worker.kafka.loader import produce_records
+from worker.runtime.global_tables import GLOBAL_DIR
 from worker.serde import STR
 from worker.state.checkpoint import read_checkpoint
 
@@ -117,9 +118,10 @@ def test_sigterm_commits_writes_checkpoints_leaves_and_the_next_start_restores_n
     assert any(e.get("event") == MEMBERSHIP_CLOSED and e.get("left") for e in events)
 
     application_id = worker_factory.application_id
-    assert task_dirs(worker, application_id) == [f"0_{p}" for p in range(PARTITIONS)]
+    # Every task's directory, and the global table's (worker/runtime/global_tables.py).
+    assert task_dirs(worker, application_id) == sorted([*TASKS, GLOBAL_DIR])
     checkpointed: dict[tuple[str, int], int] = {}
-    for task in task_dirs(worker, application_id):
+    for task in TASKS:
         offsets = read_checkpoint(worker.state_dir / application_id / task / ".checkpoint")
         assert offsets, f"{task} has a .checkpoint with its stores' offsets"
         checkpointed.update(offsets)

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.apps import profiles_table
 from tests.support.kafka_io import fold, read_partition
 from tests.support.transaction_log import read_committed_partition
 from tests.support.waiting import wait_until
@@ -41,6 +42,7 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]
+REPO = str(Path(__file__).resolve().parents[2])
 ROWS = 100_000
 
 
@@ -292,7 +294,9 @@ def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_
         "num.standby.replicas": 1,
         "acceptable.recovery.lag": 10,
     }
-    workers = [worker_factory(name, settings=settings) for name in ("a", "b")]
+    args = ["--app", profiles_table.APP]  # a plain table: its topic is its changelog
+    env = {"PYTHONPATH": REPO}  # the worker processes import tests.apps
+    workers = [worker_factory(name, settings=settings, args=args, env=env) for name in ("a", "b")]
     wait_until(lambda: settled(workers), 120, message="one active and one standby per task")
 
     out = run_cli_load(bootstrap, tmp_path / "history")

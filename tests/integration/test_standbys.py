@@ -7,14 +7,12 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from tests.integration.example_app import PARTITIONS, ExampleData, example_data
+from tests.integration.example_app import TASKS, ExampleData, example_data
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
 from worker.dev.processes import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
-
-TASKS = [f"0_{p}" for p in range(PARTITIONS)]
 
 
 def roles(worker: WorkerProcess) -> dict[str, str]:
@@ -217,7 +215,7 @@ def test_scale_out_warms_up_the_newcomer_before_moving_any_active(own_broker, wo
             seen.append(roles(second))
             kinds = list(roles(first).values()) + list(seen[-1].values())
             return (
-                kinds.count("active") == 4
+                kinds.count("active") == len(TASKS)
                 and "warmup" not in kinds
                 and "active" in seen[-1].values()
             )
@@ -230,7 +228,7 @@ def test_scale_out_warms_up_the_newcomer_before_moving_any_active(own_broker, wo
     first_active = next(i for i, s in enumerate(seen) if "active" in s.values())
     assert all("active" not in s.values() for s in seen[:first_active])
     assert any("warmup" in s.values() for s in seen[:first_active])
-    assert list(roles(first).values()).count("active") == 2
+    assert list(roles(first).values()).count("active") == len(TASKS) // 2
     assert second.metric("worker_warmups_caught_up_total") >= 1
     assert second.metric("worker_probing_rebalances_total") >= 1
     assert processed_during > 30000, "the old owner kept processing while the newcomer warmed up"

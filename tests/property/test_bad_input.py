@@ -41,13 +41,13 @@ from worker.tasks.task_context import TaskContext
 
 APP = "fuzz"
 PARTITIONS = 2
-TOPOLOGY: BuiltTopology = app.build().build()
-(SUBTOPOLOGY,) = TOPOLOGY.subtopologies
+TOPOLOGY: BuiltTopology = app.build().build(APP).build()
+SUBTOPOLOGY = TOPOLOGY.subtopologies[0]  # the scoring one: plain and windowed stores
 SERDES = {
-    *(s.key_serde for s in SUBTOPOLOGY.sources),
-    *(s.value_serde for s in SUBTOPOLOGY.sources),
-    *(s.key_serde for s in SUBTOPOLOGY.stores),
-    *(s.value_serde for s in SUBTOPOLOGY.stores),
+    serde
+    for subtopology in TOPOLOGY.subtopologies
+    for spec in (*subtopology.sources, *subtopology.stores)
+    for serde in (spec.key_serde, spec.value_serde)
 }
 
 json_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=16)
@@ -102,7 +102,9 @@ def fuzz_harness(tmp_path: Path) -> Iterator[Any]:
     env = RocksDBEnv(16 * MiB)
     ctx = TaskContext(settings_, state_dir, env, FakeCollector(), metrics, clock)  # type: ignore[arg-type]
     harness = make_harness(TOPOLOGY, ctx)
-    tasks = frozenset(TaskId(0, p) for p in range(PARTITIONS))
+    # The scoring sub-topology's tasks: the joins' need the global store, which the
+    # harness does not hold (their bad input: tests/unit/test_example_app.py's driver).
+    tasks = frozenset(TaskId(SUBTOPOLOGY.id, p) for p in range(PARTITIONS))
     harness.manager.on_assigned(Assignment(tasks, frozenset(), frozenset(), {}, {}, generation=1))
     harness.restore()
     try:
@@ -119,7 +121,7 @@ def fuzz_harness(tmp_path: Path) -> Iterator[Any]:
 )
 @given(
     records=st.lists(
-        st.tuples(st.sampled_from([app.PAYMENTS, app.PROFILES]), st.integers(0, 1), maybe, maybe),
+        st.tuples(st.just(app.PAYMENTS), st.integers(0, 1), maybe, maybe),
         min_size=1,
         max_size=6,
     )

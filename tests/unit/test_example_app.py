@@ -7,33 +7,19 @@ the integration tests make against a real broker).
 
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
-from tests.fakes import DictStore, FakeCollector
 from tests.support.aggregating import Running
-from tests.support.feeding import feed
-from worker.dev import sample_data
+from worker.dev import demo_enrichment, enrichment, sample_data
+from worker.dev.enrichment import ProfileHistory
 from worker.examples import payments as app
 from worker.examples import windowed
-from worker.processing.graph import TaskGraph
-from worker.serde import JSON, STR
-from worker.state.rocksdb_env import MiB, RocksDBEnv
-from worker.tasks.stores import open_store
-
-
-class KeepingTtlStore(DictStore):
-    """A TTL store's surface over a dict that expires nothing: the record path only."""
-
-    def get_at(self, key: bytes, _now_ms: int) -> bytes | None:
-        return self.get(key)
-
-    def put_at(self, key: bytes, value: bytes, _write_ms: int) -> None:
-        self.put(key, value)
-
+from worker.testing import TopologyTestDriver
 
 PAYMENT = {"id": "p-1", "account": "acct-1", "amount_cents": 1_000}
 
@@ -164,70 +150,66 @@ def test_recent_keys_sort_by_account_then_time() -> None:
 # -- the topology ----------------------------------------------------------------------
 
 
-def test_the_example_topology_is_one_subtopology_over_both_topics() -> None:
-    (st,) = app.build().build().subtopologies
+def test_the_example_scores_payments_in_one_subtopology_and_joins_them_in_another() -> None:
+    scoring, joins = app.build().build("payments-app").build().subtopologies
+    hop = f"payments-app-{app.JOIN}-repartition"
 
-    assert st.source_topics == (app.PAYMENTS, app.PROFILES)
-    assert st.changelog_topics("payments-app") == {
-        app.PROFILES: app.PROFILES,
+    assert scoring.source_topics == (app.PAYMENTS,)
+    assert scoring.changelog_topics("payments-app") == {
         app.TOTALS: "payments-app-account-totals-changelog",
         app.RECENT: "payments-app-recent-payments-changelog",
         windowed.STORE: "payments-app-busy-10m-changelog",
     }
-    assert [s.topic for s in st.sinks] == [app.ALERTS, app.QUIET, app.BUSY]
-
-
-def test_the_topology_over_sample_payments_equals_the_reference_computation(
-    tmp_path: Path,
-) -> None:
-    """Records alone, no punctuation: every quiet alert comes from the record path, and
-    the reference's final ones (at the end's stream time) are the only ones missing; no
-    busy alert (emit-final: a punctuation sends them, the next test)."""
-    accounts = sample_data.accounts(25)
-    profiles = dict(sample_data.profiles(accounts[:-3]))  # three accounts have no profile
-    quiet = sample_data.going_quiet(accounts, 2, 500, 500)
-    stream = list(sample_data.payments(accounts, 3_000, anomaly_rate=0.03, quiet=quiet))
-    clock = sample_data.EventClock(1_000_000, 30_000)  # 25 h: gaps past the quiet time
-    (subtopology,) = app.build().build().subtopologies
-    stores = {name: DictStore(name) for name in (app.PROFILES, app.TOTALS)}
-    stores[app.RECENT] = KeepingTtlStore(app.RECENT)
-    (busy,) = (spec for spec in subtopology.stores if spec.name == windowed.STORE)
-    stores[windowed.STORE] = open_store(busy, tmp_path, RocksDBEnv(16 * MiB))
-    collector = FakeCollector()
-    graph = TaskGraph(subtopology, "0_0", stores, collector)
-
-    for offset, (account, value) in enumerate(profiles.items()):
-        feed(graph, app.PROFILES, 0, offset, 0, account.encode(), JSON.serialize(value))
-    for offset, (account, payment) in enumerate(stream):
-        at = clock.at(offset)
-        feed(graph, app.PAYMENTS, 0, offset, at, account.encode(), JSON.serialize(payment))
-
-    want = sample_data.reference(profiles, stream, clock, partitions=1)
-    totals = {k.decode(): orjson.loads(v) for k, v in stores[app.TOTALS].data.items()}
-    recent = {k.decode(): orjson.loads(v) for k, v in stores[app.RECENT].data.items()}
-    alerts, quiet_alerts = {}, {}
-    for record in collector.sent:
-        value = orjson.loads(record.value or b"")
-        assert STR.deserialize(record.key) == value["account"]
-        if record.topic == app.ALERTS:
-            alerts[value["payment_id"]] = value
-        else:
-            assert record.topic == app.QUIET
-            quiet_alerts[sample_data.quiet_id(value)] = value
-    final = {k for k, t in want.totals.items() if t["quiet_alerted"]}
-    at_the_end = {f"{k}@{want.totals[k]['last_payment_ms']}" for k in final}
-    assert len(alerts) + len(quiet_alerts) == len(collector.sent)  # none twice
-    assert alerts == want.alerts
-    assert len(want.alerts) >= 20  # the sample really exercises the alert path
-    assert quiet_alerts == {k: a for k, a in want.quiet.items() if k not in at_the_end}
-    assert set(quiet) <= final  # the accounts that stopped paying: alerted at the end
-    assert totals == {
-        k: {**t, "quiet_alerted": False} if k in final else t for k, t in want.totals.items()
+    assert [s.topic for s in scoring.sinks] == [app.QUIET, app.BUSY, hop]
+    assert set(joins.source_topics) == {app.PROFILES, hop}
+    assert joins.changelog_topics("payments-app") == {
+        app.PROFILES: "payments-app-account-profiles-changelog"  # versioned: a log of its own
     }
-    assert recent == want.written  # nothing expires in the fake
-    assert 0 < len(want.recent) < len(want.written)
-    assert sum(t["count"] for t in totals.values()) == len(stream)
-    stores[windowed.STORE].close()
+    assert [s.topic for s in joins.sinks] == [app.ENRICHED, app.ALERTS]
+
+
+def test_the_app_over_sample_data_equals_the_reference_computation() -> None:
+    """The whole app in the test driver over two partitions, with profiles that change
+    during the payments (loaded first, as the demo does) and a merchant without reference
+    data: every output equals the reference's, each enriched payment carrying the profile
+    of its time."""
+    accounts = sample_data.accounts(25)
+    quiet = sample_data.going_quiet(accounts, 2, 500, 500)
+    changes = enrichment.changing(accounts, 3, 400, 400)
+    stream = list(
+        sample_data.payments(accounts, 1_500, anomaly_rate=0.03, quiet=quiet, changes=changes)
+    )
+    clock = sample_data.EventClock(1_000_000, 60_000)  # 25 h: gaps past the quiet time
+    profiles = enrichment.ProfileHistory.of(accounts[:-3], 0, changes, clock.at)  # 3 have none
+    merchants = enrichment.merchant_reference()
+    want = sample_data.reference(profiles, stream, clock, 2, merchants)
+
+    with TopologyTestDriver(app.build(), {"application.id": "app"}, partitions=2) as d:
+        records, stamps = profiles.records()
+        d.input_topic(app.PROFILES).pipe_many(
+            [(*r, t) for r, t in zip(records, stamps, strict=True)]
+        )
+        d.input_topic(app.MERCHANTS).pipe_many([(m, v, 0) for m, v in merchants.items()])
+        d.input_topic(app.PAYMENTS).pipe_many(
+            [(account, payment, clock.at(n)) for n, (account, payment) in enumerate(stream)]
+        )
+        enriched = [v for _, v in d.output_topic(app.ENRICHED).read_key_values()]
+        alerts = [v for _, v in d.output_topic(app.ALERTS).read_key_values()]
+        quiet_alerts = [v for _, v in d.output_topic(app.QUIET).read_key_values()]
+        totals = dict(d.store(app.TOTALS).all())
+
+    assert demo_enrichment.check(want.enriched, demo_enrichment.by_payment(enriched)) == {}
+    assert len(enriched) == len(stream)  # each once
+    later = [v for v in want.enriched.values() if v["payment"]["account"] in changes]
+    assert {v["profile"]["mean"] for v in later} == {
+        m for a in changes for m in (profiles.versions[a][0][1]["mean"], changes[a].mean)
+    }  # payments of a changing account joined both of its profiles
+    assert sum(v["merchant"] is None for v in enriched) > 0  # the merchant with no data
+    assert {a["payment_id"]: a for a in alerts} == want.alerts
+    assert len(alerts) == len(want.alerts) >= 20  # the sample exercises the alert path
+    assert {sample_data.quiet_id(a): a for a in quiet_alerts} == want.quiet
+    assert set(quiet) <= {a["account"] for a in quiet_alerts}
+    assert totals == want.totals
 
 
 def test_the_busy_accounts_of_sample_payments_equal_the_reference_computation(
@@ -239,7 +221,7 @@ def test_the_busy_accounts_of_sample_payments_equal_the_reference_computation(
     bursts = sample_data.bursting(accounts, 2, 500, 1000, 600)
     stream = list(sample_data.payments(accounts, 3_000, bursts=bursts))
     clock = sample_data.EventClock(1_000_000, 2_000)  # 100 minutes
-    task = Running(app.build().build(), tmp_path)
+    task = Running(app.build().build("payments-app").build(), tmp_path)
     try:
         for n, (account, payment) in enumerate(stream):
             task.feed(account, payment, clock.at(n))
@@ -247,8 +229,16 @@ def test_the_busy_accounts_of_sample_payments_equal_the_reference_computation(
     finally:
         task.close()
 
-    want = sample_data.reference({}, stream, clock, partitions=1).busy
+    want = sample_data.reference(ProfileHistory({}), stream, clock, partitions=1).busy
     assert {windowed.alert_id(o.value): o.value for o in outputs} == want
     assert len(outputs) == len(want)  # each once
     assert set(bursts) <= {a["account"] for a in want.values()}  # the bursts are busy
     assert all(o.key.key == o.value["account"] and not o.headers for o in outputs)
+
+
+def test_the_joins_guide_shows_the_example_apps_joins_as_written() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "joins.md").read_text()
+    found = re.search(r"## The example app[^\n]*\n.*?```python\n(.*?)```", guide, re.S)
+    assert found
+    source = Path(app.__file__).read_text()
+    assert textwrap.indent(found.group(1), "    ") in source

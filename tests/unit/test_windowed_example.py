@@ -19,7 +19,7 @@ def payment(n: int, account: str, cents: int) -> dict[str, Any]:
 
 
 def run(payments: list[tuple[int, dict[str, Any]]], tmp_path: Path) -> list[Any]:
-    task = Running(windowed.build().build(), tmp_path)
+    task = Running(windowed.build().build().build(), tmp_path)
     try:
         for ts, p in payments:
             task.feed(p["account"], p, ts)

@@ -57,7 +57,8 @@ def broker(port: int, kafka: bool) -> None:
 def sample_data(
     config: Path | None, sets: tuple[str, ...], accounts: int, payments: int, partitions: int
 ) -> None:
-    """Create the example app's topics and load account profiles (and optionally payments)."""
+    """Create the example app's topics and load account profiles, the merchants' reference
+    data (and optionally payments)."""
     from worker.dev import demo
 
     try:
@@ -66,7 +67,10 @@ def sample_data(
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     loaded = demo.load_sample_data(settings, accounts, payments, partitions)
-    click.echo(f"loaded {loaded['profiles']} profiles and {loaded['payments']} payments")
+    click.echo(
+        f"loaded {loaded['profiles']} profiles, {loaded['merchants']} merchants' reference"
+        f" data and {loaded['payments']} payments"
+    )
 
 
 @dev.command()

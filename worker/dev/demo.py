@@ -32,9 +32,12 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from worker.config import Settings, load
-from worker.dev import history, sample_data
+from worker.dev import enrichment, history, sample_data
 from worker.dev.changelog_watch import ChangelogWatch
 from worker.dev.demo_merchants import wait_counted
 from worker.dev.demo_processes import (
@@ -47,12 +50,14 @@ from worker.dev.demo_processes import (
     start_broker,
     stop_workers,
 )
-from worker.dev.demo_summary import summarise, where_to_look
+from worker.dev.demo_summary import get, summarise, where_to_look
 from worker.dev.demo_traffic import produce_for, wait_drained
+from worker.dev.enrichment import ProfileChange, ProfileHistory
 from worker.errors import WorkerError
 from worker.examples import merchants
 from worker.examples import payments as app
 from worker.kafka.loader import produce_records
+from worker.partitioner import partition_for
 from worker.serde import JSON, STR
 
 ACCOUNTS = 200
@@ -63,6 +68,7 @@ JOIN_AT = 0.55  # share of the traffic's duration: start worker-3
 EVENT_SPEEDUP = 240  # event time runs this much faster than the wall clock: 4 min a second
 QUIET_ACCOUNTS = 10  # accounts that stop paying, one every 2 s of traffic from 2 s on
 BURSTING_ACCOUNTS = 3  # accounts paying in a 2 s burst, one every 15 s of traffic from 5 s on
+CHANGING_ACCOUNTS = 5  # accounts whose profile changes during the traffic (a second version)
 READY_TIMEOUT = 60.0  # workers joined, tasks restored, processing
 DRAIN_TIMEOUT = 120.0  # after the last payment: everything processed
 STOP_GRACE = 30.0  # SIGTERM -> exit, before SIGKILL
@@ -76,26 +82,39 @@ def load_sample_data(
     payments: int,
     partitions: int,
     *,
-    profiles_at_ms: int | None = None,
+    profiles: ProfileHistory | None = None,
 ) -> dict[str, int]:
-    """Create the example topics, load the profiles and ``payments`` payments.
+    """Create the example topics, load the profiles, the merchant reference data and
+    ``payments`` payments.
 
-    ``profiles_at_ms``: the profile records' timestamp (the producer's clock when absent).
-    Table records move stream time too: profiles of payments with older event times must
-    be older still, or the first profile would move stream time past every payment.
+    ``profiles``: the profiles and the times they are valid from (each record's
+    timestamp); absent, one per account stamped by the producer's clock. A payment joins
+    the profile valid at its time, so profiles must be valid from before the payments
+    (payments with older event times need older profiles).
     """
     sample_data.create_example_topics(settings, partitions)
     accts = sample_data.accounts(accounts)
-    stamps = None if profiles_at_ms is None else [profiles_at_ms] * len(accts)
-    loaded_profiles = produce_records(
-        settings, app.PROFILES, sample_data.profiles(accts), STR, JSON, timestamps=stamps
-    )
+    if profiles is None:
+        records, stamps = list(sample_data.profiles(accts)), None
+    else:
+        records, stamps = profiles.records()
+    loaded_profiles = produce_records(settings, app.PROFILES, records, STR, JSON, timestamps=stamps)
+    reference = enrichment.merchant_reference()
+    loaded_merchants = produce_records(settings, app.MERCHANTS, reference.items(), STR, JSON)
     loaded_payments = 0
     if payments:
         loaded_payments = produce_records(
             settings, app.PAYMENTS, sample_data.payments(accts, payments), STR, JSON
         )
-    return {"profiles": loaded_profiles, "payments": loaded_payments}
+    return {"profiles": loaded_profiles, "merchants": loaded_merchants, "payments": loaded_payments}
+
+
+def changing_accounts(accts: list[sample_data.Account], payments: int) -> dict[str, ProfileChange]:
+    """``CHANGING_ACCOUNTS`` accounts whose spending changes, spread over the middle of the
+    traffic: each has a second profile, valid from then, loaded with the first before the
+    traffic starts, so every payment before the change must still join the first."""
+    every = payments // (CHANGING_ACCOUNTS + 1)
+    return enrichment.changing(accts, CHANGING_ACCOUNTS, every, every)
 
 
 def event_clock(duration: float, rate: int) -> sample_data.EventClock:
@@ -165,7 +184,9 @@ def _run(
     )
     accts = sample_data.accounts(ACCOUNTS)
     clock = event_clock(duration, rate)
-    load_sample_data(settings, ACCOUNTS, 0, PARTITIONS, profiles_at_ms=clock.base_ms - 1)
+    changes = changing_accounts(accts, int(duration * rate))
+    profiles = ProfileHistory.of(accts, clock.base_ms - 1, changes, clock.at)
+    load_sample_data(settings, ACCOUNTS, 0, PARTITIONS, profiles=profiles)
     # The historical payments a Spark job turns into these profiles (docs/spark.md):
     # `worker spark load account-profiles --input <workdir>/history` recomputes them.
     written = history.write_history(workdir / "history", ACCOUNTS, 50)
@@ -192,6 +213,7 @@ def _run(
     )
     started = time.monotonic()
     _wait_ready([*workers, dsl], READY_TIMEOUT)
+    _wait_profiles_stored(workers[0], profiles, READY_TIMEOUT)
     print(f"workers ready in {time.monotonic() - started:.1f}s; "
           f"producing {rate} payments/s for {duration:.0f}s", flush=True)  # fmt: skip
 
@@ -218,12 +240,14 @@ def _run(
         (duration * KILL_AT, f"kill -9 {workers[0].name}", crash),
         (duration * JOIN_AT, f"worker-{WORKERS + 1} joins", join),
     ]
-    totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
+    totals_topic = app.changelog(settings.application_id, app.TOTALS)
     watch = ChangelogWatch(settings, totals_topic, PARTITIONS).start()
     producing = time.monotonic()
     quiet = sample_data.going_quiet(accts, QUIET_ACCOUNTS, 2 * rate, 2 * rate)
     bursts = sample_data.bursting(accts, BURSTING_ACCOUNTS, 5 * rate, 15 * rate, 2 * rate)
-    traffic = produce_for(settings, accts, duration, rate, workers, schedule, clock, quiet, bursts)
+    traffic = produce_for(
+        settings, accts, duration, rate, workers, schedule, clock, quiet, bursts, changes
+    )
     produced_in = time.monotonic() - producing
     drained_in = wait_drained(workers, traffic, DRAIN_TIMEOUT)
     counted = wait_counted(settings, traffic, DRAIN_TIMEOUT)
@@ -244,10 +268,41 @@ def _run(
         watch.arrivals,
         drain_timeout=DRAIN_TIMEOUT,
         partitions=PARTITIONS,
+        profiles=profiles,
         dsl=(dsl, counted),
     )
     print("\n".join(where), flush=True)
     return code
+
+
+def _wait_profiles_stored(worker: DemoWorker, profiles: ProfileHistory, timeout: float) -> None:
+    """Wait until the joins' versioned table holds every profile, committed: the last
+    profile record of each partition is what its key reads (over HTTP, from the task's
+    owner). The worker reads a task's partitions in the order they are fetched, not by
+    timestamp (Kafka Streams' ``max.task.idle.ms``): a payment that reaches the join
+    before the profile records older than it, as when its task moves on Kafka while the
+    first payments flow, finds no profile (docs/joins.md)."""
+    last: dict[int, tuple[str, dict[str, Any]]] = {}
+    for key, value in profiles.records()[0]:
+        last[partition_for(key.encode(), PARTITIONS)] = (key, value)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(_stored(worker, key) == value for key, value in last.values()):
+            return
+        time.sleep(0.2)
+    raise DemoFailed(f"the workers did not hold the profiles within {timeout:.0f}s")
+
+
+def _stored(worker: DemoWorker, key: str) -> Any:
+    """``account-profiles``'s committed value of ``key``, from the task's owner."""
+    url = f"http://127.0.0.1:{worker.port}/stores/{app.PROFILES}/keys/{key}"
+    try:
+        status, location, body = get(url)
+        if status == 307:
+            status, _, body = get(location)
+    except OSError:
+        return None
+    return orjson.loads(body).get("value") if status == 200 else None
 
 
 def _wait_ready(workers: list[DemoWorker], timeout: float) -> None:

@@ -17,9 +17,10 @@ from typing import Any
 import orjson
 
 from worker.config import Settings
-from worker.dev import demo_merchants, sample_data
+from worker.dev import demo_enrichment, demo_merchants, enrichment, sample_data
 from worker.dev.demo_processes import WORKER_SETTINGS, DemoWorker
 from worker.dev.demo_traffic import Traffic
+from worker.dev.enrichment import ProfileHistory
 from worker.dev.processes import START_LINE
 from worker.dev.stalls import max_gap
 from worker.examples import payments as app
@@ -82,17 +83,19 @@ def summarise(
     *,
     drain_timeout: float,
     partitions: int,
+    profiles: ProfileHistory,
     dsl: tuple[DemoWorker, float | None] | None = None,
 ) -> int:
     """Print the summary; 0 when every output matches the reference and every worker
-    (``dsl``: the DSL app's, with the seconds its counts took to complete) stopped cleanly."""
+    (``dsl``: the DSL app's, with the seconds its counts took to complete) stopped cleanly.
+    ``profiles``: the ``account-profiles`` records loaded, with the times they are valid from."""
     stream = traffic.stream
-    profiles = dict(sample_data.profiles(accts))
-    expected = sample_data.reference(profiles, stream, traffic.clock, partitions)
+    merchant_table = enrichment.merchant_reference()
+    expected = sample_data.reference(profiles, stream, traffic.clock, partitions, merchant_table)
     expected_totals, expected_alerts = expected.totals, expected.alerts
     alert_records = [orjson.loads(v) for _, v in read_topic(settings, app.ALERTS) if v]
     got_alerts = {str(a.get("payment_id")): a for a in alert_records}
-    totals_topic = app.build().build().store(app.TOTALS)[1].changelog(settings.application_id)
+    totals_topic = app.changelog(settings.application_id, app.TOTALS)
     got_totals = _fold_changelog(settings, totals_topic)
 
     print("\n=== demo summary ===")
@@ -125,7 +128,8 @@ def summarise(
         w.earlier_processed + w.last.total("worker_processed_records_total") for w in workers
     )
     print(
-        f"{'all':<10} {processed:>9}  (input records: payments and account-profile records;"
+        f"{'all':<10} {processed:>9}  (input records: payments, twice (their scoring, "
+        "then their joins, through a repartition topic) and account-profile records;"
         " a restarted worker's row adds up its runs, the other columns are its last run's)"
     )
     _print_tasks(traffic, arrivals, partitions)
@@ -153,6 +157,7 @@ def summarise(
         + _verdict(totals_ok, wrong=wrong)
     )
 
+    enriched_ok = _check_enrichment(settings, expected, profiles)
     time_ok = _check_time_outputs(settings, expected)
     busy_ok = _check_busy_accounts(settings, expected)
     merchants_ok = True
@@ -174,9 +179,23 @@ def summarise(
         )
         + (f", {dsl[0].name} {dsl[0].returncode}" if dsl else "")
     )
-    matches = alerts_ok and totals_ok and time_ok and busy_ok and merchants_ok
+    matches = alerts_ok and totals_ok and enriched_ok and time_ok and busy_ok and merchants_ok
     print(f"match with reference: {'yes' if matches else 'NO'}")
     return 0 if matches and stopped_ok else 1
+
+
+def _check_enrichment(
+    settings: Settings, expected: sample_data.Reference, profiles: ProfileHistory
+) -> bool:
+    """Print and check ``enriched-payments``: the two joins (``demo_enrichment``)."""
+    got, records = demo_enrichment.enriched_payments(settings)
+    problems = demo_enrichment.check(expected.enriched, got)
+    print(
+        f"enriched payments:  {demo_enrichment.describe(expected.enriched, got, profiles)}, "
+        f"{records - len(got)} duplicate records; profile as of each payment's time, "
+        "merchant reference data -> " + _verdict(not problems, **problems)
+    )
+    return not problems
 
 
 def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> bool:
@@ -185,7 +204,7 @@ def _check_time_outputs(settings: Settings, expected: sample_data.Reference) -> 
     quiet_ok = _check_alerts(
         "quiet accounts:     ", settings, app.QUIET, sample_data.quiet_id, expected.quiet
     )
-    recent_topic = app.build().build().store(app.RECENT)[1].changelog(settings.application_id)
+    recent_topic = app.changelog(settings.application_id, app.RECENT)
     table = _fold_changelog(settings, recent_topic, ttl=True)
     lost = sorted(k for k, v in expected.recent.items() if table.get(k) != v)
     wrong = sorted(k for k, v in table.items() if expected.written.get(k) != v)
@@ -277,7 +296,7 @@ def _print_tasks(traffic: Traffic, arrivals: dict[int, list[int]], partitions: i
         print("  " + "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _get(url: str) -> tuple[int, str, str]:
+def get(url: str) -> tuple[int, str, str]:
     """(status, Location header, body) of one GET, redirects not followed."""
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.netloc, timeout=5)
@@ -322,10 +341,10 @@ def where_to_look(port: int | None, key: str, partitions: int) -> list[str]:
     ):
         lines.append(f"  query:    curl -sL '{url}'")
         try:
-            status, location, body = _get(url)
+            status, location, body = get(url)
             if status == 307:
                 lines.append(f"            -> 307, the task is active at {location}")
-                status, _, body = _get(location)
+                status, _, body = get(location)
             shown = show(body) if status == 200 else body
             lines.append(f"            -> {status} {shown}  (asked before the workers stopped)")
         except (OSError, ValueError) as exc:

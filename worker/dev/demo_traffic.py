@@ -6,7 +6,7 @@ the (re)started worker was ready with active tasks, what it restored by then).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +16,7 @@ import orjson
 from worker.config import Settings
 from worker.dev import sample_data
 from worker.dev.demo_processes import DemoWorker, Scrape
+from worker.dev.enrichment import ProfileChange
 from worker.examples import payments as app
 from worker.kafka.loader import produce_records
 from worker.serde import JSON, STR
@@ -119,12 +120,13 @@ def produce_for(
     clock: sample_data.EventClock,
     quiet: dict[str, int],
     bursts: dict[str, range],
+    changes: Mapping[str, ProfileChange] | None = None,
 ) -> Traffic:
     """``rate`` payments a second for ``duration`` seconds; a progress line every 10 s.
 
     Payment ``n`` carries the event time ``clock.at(n)``; the accounts of ``quiet`` stop
-    paying from their payment number on, those of ``bursts`` pay in a burst
-    (``sample_data.payments``).
+    paying from their payment number on, those of ``bursts`` pay in a burst, those of
+    ``changes`` pay differently from theirs on (``sample_data.payments``).
 
     ``schedule``: (seconds after the first payment, what, action) run on time, each
     action (re)starting one worker, whose readiness is then followed.
@@ -153,7 +155,9 @@ def produce_for(
             for w in workers:
                 w.check_alive()
             chunk = list(
-                sample_data.payments(accts, rate, start=len(stream), quiet=quiet, bursts=bursts)
+                sample_data.payments(
+                    accts, rate, start=len(stream), quiet=quiet, bursts=bursts, changes=changes
+                )
             )
             times = clock.times(len(stream), rate)
             produce_records(settings, app.PAYMENTS, chunk, STR, JSON, timestamps=times)

@@ -4,7 +4,8 @@ topics they go to.
 Until a Spark job computes profiles from history, this module generates accounts with a
 known mean and spread, the matching profile records, and a payment stream in which a
 small, reproducible fraction of payments are far outside their account's profile, some
-accounts stop paying (``going_quiet``) and some pay in bursts (``bursting``).
+accounts stop paying (``going_quiet``), some pay in bursts (``bursting``) and some pay
+differently from a point on (``payments(changes=)``, ``enrichment.changing``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.config import Settings
+from worker.dev.enrichment import MERCHANTS, ProfileChange, ProfileHistory, expected_enriched
 from worker.examples import merchants, windowed
 from worker.examples import payments as app
 from worker.kafka.admin import Admin, TopicSpec
@@ -29,6 +31,8 @@ def create_example_topics(settings: Settings, partitions: int) -> None:
         [
             TopicSpec(app.PAYMENTS, partitions),
             TopicSpec(app.PROFILES, partitions, {"cleanup.policy": "compact"}),
+            TopicSpec(app.MERCHANTS, partitions, {"cleanup.policy": "compact"}),
+            TopicSpec(app.ENRICHED, partitions),
             TopicSpec(app.ALERTS, partitions),
             TopicSpec(app.QUIET, partitions),
             TopicSpec(app.BUSY, partitions),
@@ -84,7 +88,6 @@ def going_quiet(accts: list[Account], how_many: int, first: int, every: int) -> 
 
 
 BURST_SHARE = 20  # during its burst, an account makes every 20th payment
-MERCHANTS = 20  # payments go to merchant-00 .. merchant-19
 
 
 def bursting(
@@ -111,12 +114,14 @@ def payments(
     start: int = 0,
     quiet: Mapping[str, int] | None = None,
     bursts: Mapping[str, range] | None = None,
+    changes: Mapping[str, ProfileChange] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, value) records for the ``payments`` stream; ids are ``p-<n>`` from ``start``.
 
     ``quiet``: account id -> the payment number from which that account pays no more
     (some accounts must stay active); ``bursts``: account id -> the payment numbers of
-    its burst (``bursting``).
+    its burst (``bursting``); ``changes``: account id -> the spending it follows from a
+    payment number on (``enrichment.changing``).
     """
     rng = random.Random(seed + start)
     # a generator of its own, so adding merchants left every other choice as it was
@@ -128,10 +133,14 @@ def payments(
             acct = accts[rng.randrange(len(accts))]
         if bursts and n % BURST_SHARE == 0:
             acct = next((by_id[a] for a, burst in bursts.items() if n in burst), acct)
+        mean, std = acct.mean, acct.std
+        change = changes.get(acct.id) if changes else None
+        if change is not None and n >= change.from_n:
+            mean, std = change.mean, change.std
         if rng.random() < anomaly_rate:
-            amount = acct.mean + rng.choice((-1, 1)) * acct.std * rng.uniform(6, 10)
+            amount = mean + rng.choice((-1, 1)) * std * rng.uniform(6, 10)
         else:
-            amount = rng.gauss(acct.mean, acct.std)
+            amount = rng.gauss(mean, std)
         value = {
             "id": f"p-{n:09d}",
             "account": acct.id,
@@ -151,6 +160,7 @@ class Reference:
     written: dict[str, int] = field(default_factory=dict)  # every recent-payments key
     recent: dict[str, int] = field(default_factory=dict)  # ... unexpired at the end
     busy: dict[str, dict[str, Any]] = field(default_factory=dict)  # alert_id -> busy alert
+    enriched: dict[str, dict[str, Any]] = field(default_factory=dict)  # payment id -> value
     # the DSL app (worker.examples.merchants): (merchant, window start) -> payments
     merchant_windows: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -161,13 +171,17 @@ def quiet_id(alert: dict[str, Any]) -> str:
 
 
 def reference(
-    profile_table: dict[str, dict[str, Any]],
+    profiles: ProfileHistory,
     stream: list[tuple[str, dict[str, Any]]],
     clock: EventClock,
     partitions: int,
+    merchant_table: Mapping[str, dict[str, Any]] | None = None,
 ) -> Reference:
     """Plain-Python result of the example app over ``stream`` (payment ``n`` at
     ``clock.at(n)``, in time order), once every payment is processed and committed.
+
+    Each payment is enriched with its account's profile as of its time and with its
+    merchant's row of ``merchant_table``; the alerts judge it by that profile.
 
     Its quiet alerts do not depend on when punctuations ran (``payments`` module doc):
     an account alerts for a last payment when the payment after it comes on or after
@@ -196,7 +210,9 @@ def reference(
             out.quiet[quiet_id(quiet)] = quiet
         out.totals[account] = app.next_totals(current, payment, at)
         out.written[app.recent_key(account, at, payment["id"])] = payment["amount_cents"]
-        alert = app.alert_for(payment, profile_table.get(account))
+        enriched = expected_enriched(account, payment, at, profiles, merchant_table or {})
+        out.enriched[payment["id"]] = enriched
+        alert = app.alert_for(payment, enriched["profile"])
         if alert is not None:
             out.alerts[payment["id"]] = alert
     final = {a: stream_time[partition_of(a)] for a in out.totals}

@@ -17,7 +17,7 @@ from worker.dsl.stream import KStream
 from worker.dsl.table import KTable
 from worker.operators import stateless
 from worker.operators.joins.tables import add_versioned_table, table_node
-from worker.processing.built_topology import ProcessorFn
+from worker.processing.built_topology import InitFn, ProcessorFn
 from worker.serde import JSON, STR, Serde
 
 # What a source reads when no serde is given: string keys, JSON values.
@@ -141,12 +141,13 @@ class StreamsBuilder:
         parents: Sequence[str],
         name: str | None,
         stores: Sequence[str],
+        init: InitFn | None = None,
     ) -> str:
         node = self._plan.name(prefix, name)
         parent_nodes, store_names = tuple(parents), tuple(stores)
 
         def write(c: Compilation) -> None:
-            c.topology.add_processor(node, fn, parent_nodes, store_names)
+            c.topology.add_processor(node, fn, parent_nodes, store_names, init=init)
 
         return self._plan.add("processor", node, write)
 

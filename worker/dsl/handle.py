@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from worker.processing.built_topology import ProcessorFn
+from worker.processing.built_topology import InitFn, ProcessorFn
 from worker.serde import Serde
 
 if TYPE_CHECKING:
@@ -32,10 +32,16 @@ class Handle:
         self.value_serde = value_serde
 
     def _child(
-        self, prefix: str, fn: ProcessorFn, name: str | None, stores: Sequence[str] = ()
+        self,
+        prefix: str,
+        fn: ProcessorFn,
+        name: str | None,
+        stores: Sequence[str] = (),
+        init: InitFn | None = None,
     ) -> str:
-        """A processor ``fn`` fed by this node, named ``name`` or ``<prefix>-<counter>``."""
-        return self._builder._processor(prefix, fn, [self.node], name, stores)
+        """A processor ``fn`` fed by this node, named ``name`` or ``<prefix>-<counter>``;
+        ``init`` as ``Topology.add_processor``'s."""
+        return self._builder._processor(prefix, fn, [self.node], name, stores, init)
 
     def _serdes(self, key_serde: Serde | None, value_serde: Serde | None) -> tuple[Serde, Serde]:
         """The serdes an operation was given, each one not given being this handle's."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from worker.dsl.handle import Handle
 from worker.errors import TopologyError
 from worker.operators import stateless
-from worker.processing.built_topology import ProcessorFn
+from worker.processing.built_topology import InitFn, ProcessorFn
 from worker.serde import Serde
 
 if TYPE_CHECKING:
@@ -52,9 +52,10 @@ class KStream(Handle):
         *,
         rekeyed: bool = False,
         stores: Sequence[str] = (),
+        init: InitFn | None = None,
     ) -> KStream:
         """The stream out of processor ``fn`` after this one (``Handle._child``)."""
-        node = self._child(prefix, fn, name, stores)
+        node = self._child(prefix, fn, name, stores, init)
         return self._at(node, key_serde, value_serde, rekeyed=rekeyed)
 
     def _at(
@@ -164,12 +165,22 @@ class KStream(Handle):
         name: str | None = None,
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
+        init: InitFn | None = None,
     ) -> KStream:
         """The escape hatch into the Processor API: ``fn(ctx, key, value)`` with the
         stores named in ``stores`` (``builder.add_state_store``), forwarding with
-        ``ctx.forward``. It may change the key: a stateful operation after it repartitions."""
+        ``ctx.forward``; ``init(ctx)`` where it schedules its punctuators
+        (``Topology.add_processor``). It may change the key: a stateful operation after it
+        repartitions."""
         return self._then(
-            "KSTREAM-PROCESSOR", fn, name, key_serde, value_serde, rekeyed=True, stores=stores
+            "KSTREAM-PROCESSOR",
+            fn,
+            name,
+            key_serde,
+            value_serde,
+            rekeyed=True,
+            stores=stores,
+            init=init,
         )
 
     # -- sinks and tables ------------------------------------------------------------

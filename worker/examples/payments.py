@@ -1,15 +1,23 @@
-"""The example app: totals per account, alerts on unusual payments, each account's payments
-of the last hour, an alert when an account that was active goes quiet, and one when an
-account makes too many payments in 10 minutes.
+"""The example app: payments enriched with their account's profile as of their time and
+their merchant's reference data (two joins), alerts on unusual payments, totals per
+account, each account's payments of the last hour, an alert when an account that was
+active goes quiet, and one when an account makes too many payments in 10 minutes. Built
+with the DSL (docs/dsl.md, docs/joins.md): ``worker start`` builds it with its
+application id.
 
 Topics:
-- ``payments`` (stream, keyed by account id): ``{"id", "account", "amount_cents"}``; the
-  record's timestamp is the payment's time (``ctx.timestamp``);
+- ``payments`` (stream, keyed by account id): ``{"id", "account", "merchant",
+  "amount_cents"}``; the record's timestamp is the payment's time (``ctx.timestamp``);
 - ``account-profiles`` (compacted table, keyed by account id): the account's historical
-  ``{"mean", "std", "n"}`` of amounts in cents. A Spark job computes it from history;
-  ``worker dev sample-data`` loads a generated one;
+  ``{"mean", "std", "n"}`` of amounts in cents, each record valid from its timestamp on.
+  A Spark job computes it from history; ``worker dev sample-data`` loads a generated one;
+- ``merchant-reference`` (compacted, keyed by merchant id): ``{"name", "category",
+  "country"}``, reference data held whole by every worker (a global table);
+- ``enriched-payments`` (output, keyed by account id): ``{"payment", "profile",
+  "merchant"}``, each payment with the profile valid at its time and its merchant's
+  reference data (None where there is none);
 - ``payment-alerts`` (output): a payment more than ``ALERT_Z`` standard deviations from
-  its account's mean;
+  the mean of its account's profile as of its time;
 - ``quiet-accounts`` (output): an account whose last payment is ``QUIET_AFTER_MS`` of
   stream time old, once per last payment;
 - ``busy-accounts`` (output): an account with more than ``windowed.BUSY_PAYMENTS``
@@ -17,16 +25,27 @@ Topics:
   when it closes (:mod:`worker.examples.windowed`: an emit-final windowed aggregation with
   its windowed store ``busy-10m``).
 
-Stores, each backed by its changelog ``<application.id>-<store>-changelog``:
+The enrichment is a stream-table join with ``account-profiles`` read as a *versioned*
+table (store ``account-profiles``, ``PROFILE_HISTORY_MS`` of history, changelog
+``<application.id>-account-profiles-changelog``): a payment joins the profile written at
+or before its own time, so a profile recomputed for a period and loaded after the
+payments of that period came still gives each payment the profile of its time. Then a
+global-table join with ``merchant-reference`` by the payment's merchant (the store
+``merchant-reference``, no co-partitioning). The payments reach the joins through the
+repartition topic ``<application.id>-with-profile-repartition`` (they are keyed by
+account already; the hop puts the joins in a sub-topology of their own): a task's stream
+time moves with every record it reads, and a profile valid from a later time, read before
+the payments of that time, must not move the stream time of the totals, the quiet check
+and the windows. ``payments`` and ``account-profiles`` must have equal partition counts.
+
+Stores of the scoring sub-topology, each backed by its changelog
+``<application.id>-<store>-changelog``:
 - ``account-totals``: ``{"count", "sum_cents", "last_payment_ms", "quiet_alerted"}`` per
   account;
 - ``recent-payments``: ``"<account>|<time, 13 digits>|<payment id>" -> amount_cents``,
   with a TTL of an hour of stream time, so it holds exactly the last hour's payments. A
   prefix query answers "payments of this account in the last hour":
   ``GET /stores/recent-payments/prefix?prefix=acct-00001|``.
-
-The stores and the profiles live in one sub-topology, so ``payments`` and
-``account-profiles`` must be co-partitioned.
 
 The quiet check is a stream-time punctuator, every ``QUIET_CHECK_MS``. An account is
 quiet at a check boundary (a multiple of ``QUIET_CHECK_MS``) at least ``QUIET_AFTER_MS``
@@ -41,12 +60,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.dsl import StreamsBuilder
 from worker.examples import windowed
-from worker.processing import ProcessorContext, Topology
+from worker.processing import ProcessorContext
 from worker.serde import JSON, STR
 
 PAYMENTS = "payments"
 PROFILES = "account-profiles"
+MERCHANTS = "merchant-reference"
+ENRICHED = "enriched-payments"
 ALERTS = "payment-alerts"
 QUIET = "quiet-accounts"
 BUSY = windowed.BUSY_ACCOUNTS
@@ -57,6 +79,9 @@ MIN_HISTORY = 5
 HOUR_MS = 3_600_000  # the window of ``recent-payments``, its TTL
 QUIET_AFTER_MS = 20 * 60_000  # no payment for this long: the account went quiet
 QUIET_CHECK_MS = 60_000  # the quiet check's stream-time interval
+PROFILE_HISTORY_MS = 7 * 86_400_000  # how far back a payment finds its profile's versions
+BY_ACCOUNT = "payments-by-account"  # the re-key in front of the joins
+JOIN = "with-profile"  # the first join; it names the repartition topic
 
 
 def alert_for(payment: dict[str, Any], profile: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -119,18 +144,38 @@ def recent_key(account: str, at_ms: int, payment_id: str) -> str:
     return f"{account}|{at_ms:013d}|{payment_id}"
 
 
+def with_profile(payment: dict[str, Any], profile: dict[str, Any] | None) -> dict[str, Any]:
+    """The first join's result. Pure: the tests' reference too."""
+    return {"payment": payment, "profile": profile}
+
+
+def merchant_of(account: str, enriched: dict[str, Any]) -> str | None:
+    """The global table's key for a payment: its merchant (None, a miss, if it has none)."""
+    merchant = enriched["payment"].get("merchant")
+    return merchant if isinstance(merchant, str) else None
+
+
+def with_merchant(enriched: dict[str, Any], merchant: dict[str, Any] | None) -> dict[str, Any]:
+    """The second join's result: what ``enriched-payments`` carries. Pure: the tests'
+    reference too."""
+    return {**enriched, "merchant": merchant}
+
+
+def alerts_of(enriched: dict[str, Any]) -> list[dict[str, Any]]:
+    """The alert an enriched payment raises, if any."""
+    alert = alert_for(enriched["payment"], enriched["profile"])
+    return [] if alert is None else [alert]
+
+
 def score_payment(ctx: ProcessorContext, account: str, payment: dict[str, Any]) -> None:
     at = ctx.timestamp
     totals = ctx.store(TOTALS)
     current = totals.get(account)
     quiet = quiet_alert(account, current, at)  # quiet past a boundary no punctuation saw
     if quiet is not None:
-        ctx.forward(account, quiet, "quiet")
+        ctx.forward(account, quiet)
     totals.put(account, next_totals(current, payment, at))
     ctx.store(RECENT).put(recent_key(account, at, payment["id"]), payment["amount_cents"])
-    alert = alert_for(payment, ctx.store(PROFILES).get(account))
-    if alert is not None:
-        ctx.forward(account, alert, "alerts")
 
 
 def start_quiet_checks(ctx: ProcessorContext) -> None:
@@ -150,25 +195,34 @@ def check_quiet(ctx: ProcessorContext, now_ms: int) -> None:
         ]
     for account, value, alert in quiet:
         totals.put(account, {**value, "quiet_alerted": True})
-        ctx.forward(account, alert, "quiet")
+        ctx.forward(account, alert)
 
 
-def build() -> Topology:
-    """The topology ``worker start`` runs by default."""
-    topology = (
-        Topology()
-        .add_source("payments", PAYMENTS, key_serde=STR, value_serde=JSON)
-        .add_table(PROFILES, PROFILES, key_serde=STR, value_serde=JSON)
-        .add_store(TOTALS, key_serde=STR, value_serde=JSON)
-        .add_store(RECENT, key_serde=STR, value_serde=JSON, ttl_ms=HOUR_MS)
-        .add_processor(
-            "score",
-            score_payment,
-            parents=["payments"],
-            stores=[TOTALS, RECENT, PROFILES],
-            init=start_quiet_checks,
-        )
-        .add_sink("alerts", ALERTS, parents=["score"], key_serde=STR, value_serde=JSON)
-        .add_sink("quiet", QUIET, parents=["score"], key_serde=STR, value_serde=JSON)
+def build() -> StreamsBuilder:
+    """The topology ``worker start`` runs by default, as a builder: the worker builds it
+    with its application id, which names the repartition topic."""
+    builder = StreamsBuilder()
+    builder.add_state_store(TOTALS, key_serde=STR, value_serde=JSON)
+    builder.add_state_store(RECENT, key_serde=STR, value_serde=JSON, ttl_ms=HOUR_MS)
+    payments = builder.stream(PAYMENTS, key_serde=STR, value_serde=JSON, name="payments")
+    (
+        payments.process(
+            score_payment, stores=[TOTALS, RECENT], name="score", init=start_quiet_checks
+        ).to(QUIET, name="quiet")
     )
-    return windowed.add_busy_alerts(topology, "payments")
+    windowed.add_busy_alerts(payments)
+    profiles = builder.table(PROFILES, name=PROFILES, history_ms=PROFILE_HISTORY_MS)
+    merchants = builder.global_table(MERCHANTS, name=MERCHANTS)
+    enriched = (
+        payments.select_key(lambda account, payment: account, name=BY_ACCOUNT)
+        .left_join(profiles, with_profile, name=JOIN)
+        .left_join(merchants, with_merchant, key_mapper=merchant_of, name="with-merchant")
+    )
+    enriched.to(ENRICHED, name="enriched")
+    enriched.flat_map_values(alerts_of, name="alert").to(ALERTS, name="alerts")
+    return builder
+
+
+def changelog(application_id: str, store: str) -> str:
+    """The changelog topic of ``store`` when the app runs as ``application_id``."""
+    return build().build(application_id).build().store(store)[1].changelog(application_id)

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from worker.processing import ProcessorContext, Topology
+from worker.dsl import KStream, StreamsBuilder
+from worker.processing import ProcessorContext
 from worker.processing.windows import hopping
 from worker.serde import JSON, STR
 from worker.windowed_serde import Windowed, WindowedSerde
@@ -90,26 +91,21 @@ def expected_alerts(
     return alerts
 
 
-def add_busy_alerts(topology: Topology, payments: str) -> Topology:
-    """Count the payments of node ``payments`` per account in hopping 10-minute windows
-    and alert the busy ones to ``busy-accounts``."""
-    return (
-        topology.add_windowed_aggregation(
-            STORE,
-            [payments],
-            WINDOWS,
-            initializer=lambda: {"payments": 0, "sum_cents": 0},
-            aggregator=add_payment,
-            emit="final",
-            key_serde=STR,
-            value_serde=JSON,
-        )
-        .add_processor("busy-alert", busy_alert, parents=[STORE])
-        .add_sink("busy", BUSY_ACCOUNTS, ["busy-alert"], WindowedSerde(STR), JSON)
+def add_busy_alerts(payments: KStream) -> None:
+    """Count the ``payments`` per account in hopping 10-minute windows and alert the busy
+    ones to ``busy-accounts``."""
+    (
+        payments.group_by_key()
+        .windowed_by(WINDOWS)
+        .aggregate(lambda: {"payments": 0, "sum_cents": 0}, add_payment, name=STORE, emit="final")
+        .to_stream()
+        .process(busy_alert, name="busy-alert")
+        .to(BUSY_ACCOUNTS, name="busy", key_serde=WindowedSerde(STR), value_serde=JSON)
     )
 
 
-def build() -> Topology:
+def build() -> StreamsBuilder:
     """The windowed alert alone, over the payments."""
-    source = Topology().add_source("payments", PAYMENTS, key_serde=STR, value_serde=JSON)
-    return add_busy_alerts(source, "payments")
+    builder = StreamsBuilder()
+    add_busy_alerts(builder.stream(PAYMENTS, key_serde=STR, value_serde=JSON, name="payments"))
+    return builder

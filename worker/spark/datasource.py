@@ -46,6 +46,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from worker.config import Settings, load
+from worker.dsl import StreamsBuilder
 from worker.kafka.table_reader import (
     committed_records,
     partition_count,
@@ -53,6 +54,7 @@ from worker.kafka.table_reader import (
     reader_config,
 )
 from worker.kafka.table_writer import WriteSummary, write_transactions, writer_config
+from worker.operators.joins.tables import source_node
 from worker.serde import Serde, by_name
 from worker.spark.decoding import RAW_FIELDS, RowDecoder, ddl, infer_fields
 from worker.spark.errors import LoadRejected, SchemaMismatch, TableNotFound
@@ -85,9 +87,10 @@ def _settings(options: Mapping[str, str]) -> Settings:
     return load(None, values, environ={}).settings
 
 
-def _built_topology(spec: str) -> Any:
-    """The built topology of ``module:attr`` (a Topology, or a callable returning one), as
-    ``worker start --app`` takes it; LoadRejected if it is not one."""
+def _built_topology(spec: str, application_id: str) -> Any:
+    """The built topology of ``module:attr`` (a Topology or a DSL builder, or a callable
+    returning one), as ``worker start --app`` takes it, a builder built with
+    ``application_id`` (its repartition topics need it); LoadRejected if it is not one."""
     module_name, _, attr = spec.partition(":")
     try:
         target = getattr(importlib.import_module(module_name), attr)
@@ -96,12 +99,14 @@ def _built_topology(spec: str) -> Any:
     topology: Any = target if hasattr(target, "build") or not callable(target) else target()
     if not hasattr(topology, "build"):
         raise LoadRejected(f"{spec} is not a Topology")
+    if isinstance(topology, StreamsBuilder):
+        topology = topology.build(application_id)
     return topology.build()
 
 
 def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Serde, Serde]:
     """(changelog topic, key serde, value serde) of the store named by the options."""
-    topology = _built_topology(options.get("app", DEFAULT_APP))
+    topology = _built_topology(options.get("app", DEFAULT_APP), settings.application_id)
     try:
         _, spec = topology.store(options["store"])
     except KeyError:
@@ -110,7 +115,25 @@ def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Se
             f"no store {options['store']!r} in {options.get('app', DEFAULT_APP)};"
             f" its stores: {', '.join(names)}"
         ) from None
+    if spec.history_ms is not None:
+        # A versioned table's changelog holds its versions in the store's own layout; its
+        # topic holds them as records, the last one per key being the latest version
+        # where they come in order (a load writes them so).
+        topic = _versioned_table_topic(topology, spec.name)
+        if topic is not None:
+            return topic, spec.key_serde, spec.value_serde
     return spec.changelog(settings.application_id), spec.key_serde, spec.value_serde
+
+
+def _versioned_table_topic(topology: Any, store: str) -> str | None:
+    """The topic versioned table ``store`` reads (``builder.table(..., history_ms=)``), or
+    None for a versioned store a processor writes."""
+    wanted = source_node(store)
+    for st in topology.subtopologies:
+        for source in st.sources:
+            if source.name == wanted:
+                return str(source.topic)
+    return None
 
 
 class WorkerTopics(DataSource):

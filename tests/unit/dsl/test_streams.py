@@ -90,6 +90,18 @@ def test_process_reaches_the_processor_api_with_a_declared_store() -> None:
         assert d.store("seen").all() == {"a": 1, "b": 3}
 
 
+def test_process_init_schedules_a_punctuator_that_runs_as_stream_time_passes() -> None:
+    def start(ctx: ProcessorContext) -> None:
+        ctx.schedule(10, "stream", lambda c, now: c.forward("tick", now))
+
+    b = StreamsBuilder()
+    b.stream("in").process(lambda ctx, k, v: None, init=start).to("ticks")
+    with run(b, [("a", 1), ("a", 2)]) as d:
+        d.input_topic("in").pipe("a", 3, timestamp=1_025)
+        ticks = [now for _, now in d.output_topic("ticks").read_key_values()]
+        assert len(ticks) >= 2 and ticks == sorted(ticks) and ticks[-1] == 1_025
+
+
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_group_by_counts_per_new_key_across_partitions(partitions: int) -> None:
     b = StreamsBuilder()

@@ -12,7 +12,7 @@ import pytest
 
 from worker.clock import FakeClock
 from worker.config import Settings, load
-from worker.examples.payments import build
+from worker.examples.windowed import build
 from worker.kafka.topics import TopicLayout
 from worker.observability import Metrics
 from worker.processing.built_topology import BuiltTopology
@@ -91,7 +91,7 @@ def test_a_failing_step_releases_every_part_started_before_it(
     tmp_path: Path, fake_kafka: list[Closable], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = settings(tmp_path)
-    topology: BuiltTopology = build().build()
+    topology: BuiltTopology = build().build().build()
     http_ports: list[int] = []
     real_http = assembly.HttpServer
 

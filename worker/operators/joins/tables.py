@@ -29,6 +29,11 @@ def table_node(name: str) -> str:
     return f"{name}-table"
 
 
+def source_node(name: str) -> str:
+    """The source that reads versioned table ``name``'s topic."""
+    return f"{name}-source"
+
+
 def write_version(ctx: ProcessorContext, store: str, key: Any, value: Any) -> None:
     """Write ``value`` as ``key``'s version at the record's time; forward it when it is
     the newest (null keys cannot address a table row: dropped, as Kafka Streams does)."""
@@ -58,7 +63,7 @@ def add_versioned_table(
     def write(ctx: ProcessorContext, key: Any, value: Any) -> None:
         write_version(ctx, name, key, value)
 
-    source = f"{name}-source"
+    source = source_node(name)
     topology.add_source(source, topic, key_serde, value_serde)
     topology.add_versioned_store(name, history_ms, key_serde=key_serde, value_serde=value_serde)
     return topology.add_processor(table_node(name), write, [source], [name])

@@ -1,0 +1,28 @@
+"""Which topic the Spark data source reads for a store of an app (``option("store")``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.config import load
+from worker.examples import payments as app
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed (make install has it)")
+
+from worker.spark.datasource import _store_spec  # noqa: E402
+
+SETTINGS = load(None, {"application.id": "payments-app"}, environ={}).settings
+
+
+def test_a_store_is_read_from_its_changelog() -> None:
+    topic, _, _ = _store_spec({"store": app.TOTALS}, SETTINGS)
+
+    assert topic == "payments-app-account-totals-changelog"
+
+
+def test_the_example_apps_versioned_profiles_are_read_from_their_topic() -> None:
+    """Their changelog holds versions in the store's own layout, which no serde reads."""
+    topic, _, value_serde = _store_spec({"store": app.PROFILES}, SETTINGS)
+
+    assert topic == app.PROFILES
+    assert value_serde.deserialize(b'{"mean": 1.0}') == {"mean": 1.0}
