@@ -38,7 +38,9 @@ from worker.spark.load import load_table  # noqa: E402
 from worker.spark.profiles import HISTORY_SCHEMA, account_profiles  # noqa: E402
 from worker.spark.session import session  # noqa: E402
 
-pytestmark = pytest.mark.integration
+# Spark's local JVM beside the suite's Kafka JVMs: a test took 257 s of a 300 s default in
+# a loaded fresh-clone run; the timeout only catches a hang.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PARTITIONS = 4
 TASKS = [f"0_{p}" for p in range(PARTITIONS)]

@@ -45,7 +45,9 @@ from worker.spark.load import load_table  # noqa: E402
 from worker.spark.progress import worker_error  # noqa: E402
 from worker.spark.session import session  # noqa: E402
 
-pytestmark = pytest.mark.integration
+# Spark's local JVM beside the suite's Kafka JVMs: a test took 257 s of a 300 s default in
+# a loaded fresh-clone run; the timeout only catches a hang.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PARTITIONS = 4
 ACCOUNTS = [f"acct-{i:05d}" for i in range(40)]

@@ -128,6 +128,7 @@ def librdkafka_partitions(producer: Producer, topic: str, keys: list[bytes]) -> 
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)  # Spark beside the suite's Kafka JVMs: 253 s of 300 in a loaded run
 @settings(
     max_examples=10,
     deadline=None,
