@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.brokers("kafka")]
 PARTITIONS = 6
 KEYS = 300
 SEED = 20261127
+IN_FLIGHT_COMMIT_S = 2.0  # well below the session timeout, before which no new owner commits
 RATE_PER_TICK, TICK = 30, 0.1  # 300 records/s
 
 
@@ -94,12 +95,17 @@ def test_a_worker_killed_and_not_restarted_stalls_its_tasks_for_its_transaction_
         wait_until(lambda: time.monotonic() >= seen + 0.15, 5)
         killed_at = time.time()
         assert victim.kill() == -9
+        # A commit the victim had in flight at the kill completes on the broker a moment
+        # later (seen once under load: output 0.02 s after the kill, nothing held open);
+        # what it made visible is not the tasks' output resuming, which no new owner can
+        # produce before the session ends.
+        resumed_after = killed_at + IN_FLIGHT_COMMIT_S
         wait_until(
-            lambda: all(tail.first_after(p, killed_at) for p in lost),
+            lambda: all(tail.first_after(p, resumed_after) for p in lost),
             txn_timeout_s + session_s + 60,
             message="the victim's tasks process again elsewhere",
         )
-        stalls = {p: tail.first_after(p, killed_at) - killed_at for p in lost}  # type: ignore[operator]
+        stalls = {p: tail.first_after(p, resumed_after) - killed_at for p in lost}  # type: ignore[operator]
     survivors = [w for w in workers if w is not victim]
     running = {
         p: round(

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from tests.support.kafka_io import fold, read_partition
+from tests.support.waiting import wait_until
 from worker.config import Settings, load
 from worker.dev import enrichment, sample_data
 from worker.dev.demo import load_sample_data
@@ -114,3 +115,22 @@ def example_data(bootstrap: str, accounts: int = 60, changing: int = 0) -> Examp
     # Two accounts pay in 10-minute bursts, from payment 500 and 2000 on: busy alerts.
     bursts = sample_data.bursting(accts, 2, 500, 1500, 600)
     return ExampleData(settings, accts, [], clock, quiet, bursts, changes)
+
+
+def wait_profiles_served(data: ExampleData, worker: Any, timeout: float = 90.0) -> None:
+    """Wait until the joins' versioned table serves every account's profile (asked of
+    ``worker``, which redirects to each key's owner). The worker reads a task's partitions
+    in fetch order, not by timestamp (docs/joins.md): a payment produced while a joins'
+    task is still reading its profiles (as when its task moves in the first rounds on
+    Kafka) can join none, so tests that check alerts start their payments after this."""
+
+    def served(account: str) -> bool:
+        try:
+            status, body = worker.get(f"/stores/{app.PROFILES}/keys/{account}")
+        except OSError:
+            return False
+        return status == 200 and orjson.loads(body).get("value") is not None
+
+    wait_until(
+        lambda: all(served(a.id) for a in data.accounts), timeout, message="every profile served"
+    )

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from tests.integration.example_app import TASKS, ExampleData, example_data
+from tests.integration.example_app import TASKS, ExampleData, example_data, wait_profiles_served
 from tests.support.traffic import SteadyProducer
 from tests.support.waiting import wait_until
 from worker.dev.processes import WorkerProcess
@@ -142,6 +142,7 @@ def _process_with_standbys_in_sync(data, workers, payments: int):
     """Standbys placed, ``payments`` processed and every standby holding what its active
     committed; returns the layout (task -> kind -> workers) at that moment."""
     before = wait_until(lambda: settled_with_standbys(workers), 120, message="standbys placed")
+    wait_profiles_served(data, workers[0])
     data.produce(payments)
     wait_until(
         lambda: sum(w.metric("worker_processed_records_total") for w in workers) >= payments,
