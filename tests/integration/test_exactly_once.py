@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.integration.example_app import example_data
+from tests.integration.example_app import example_data, wait_profiles_served
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
@@ -24,6 +24,7 @@ def test_two_exactly_once_workers_produce_exactly_the_reference(own_broker, work
         90,
         message="both ready with four of the eight tasks each",
     )
+    wait_profiles_served(data, a)
     data.produce(4000)
     expected_totals, expected_alerts = data.reference()
     wait_until(

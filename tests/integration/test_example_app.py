@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.example_app import example_data
+from tests.integration.example_app import example_data, wait_profiles_served
 from tests.support.waiting import wait_until
 from worker.dev import demo_enrichment, sample_data
 from worker.examples import payments as app
@@ -35,6 +35,7 @@ def test_two_workers_split_the_tasks_and_match_the_reference(own_broker, worker_
         timeout=90,
         message="both workers ready with four of the eight tasks each (scoring and joins)",
     )
+    wait_profiles_served(data, a)
     data.produce(4000)
     wait_until(
         lambda: (
