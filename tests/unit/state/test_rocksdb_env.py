@@ -47,7 +47,10 @@ def test_memtables_of_many_stores_written_in_turn_stay_within_the_budget(tmp_pat
 
                 assert env.write_buffer_usage_bytes() <= env.write_buffer_bytes
 
-        assert env.forced_flushes > 0
+        # 9.6 MB written within a 1 MiB budget: the env flushed memtables to SSTs, in the
+        # background or waiting for them (how many it waited for depends on the machine's
+        # load: a run where the background flushes kept up waited for none).
+        assert any(tmp_path.rglob("*.sst")), "memtables flushed to SSTs"
         assert all(store.get(b"%s-1-0" % store.name.encode()) is not None for store in stores)
     finally:
         for store in stores:
