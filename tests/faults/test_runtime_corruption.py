@@ -9,7 +9,8 @@ read cache). Worker ``a`` must answer 503 (never 500) for that task meanwhile, w
 (``worker_state_wipes_total{reason="corrupt_read"}``), give it up to the group (whose
 assignor places its active on ``b``, whose standby is caught up while ``a``'s copy is
 not), keep processing its other task without a pause, and nothing may be lost: every
-input has its output and the changelog's count of every key equals a plain recount.
+input has its output and the changelog's count of every key is at least a plain recount
+(at least once: a record whose commit was interrupted may be counted twice).
 """
 
 from __future__ import annotations
@@ -191,11 +192,28 @@ def test_a_corrupt_sst_block_found_at_run_time_heals_its_task_and_loses_nothing(
         message="an output for every input",
     )
     expected = Counter(inputs.sent)
+    # At least once: a commit the heal or a rebalance interrupted after its changelog
+    # records were acknowledged and before its source offsets were (a rebalance began, the
+    # offset commit failed) reprocesses those records, so a key may be counted twice. What
+    # this guarantee never allows, and what a wipe that lost restored state would show, is
+    # a key counted less than the recount or not at all.
+    counts: dict[str, int] = {}
+
+    def none_lost() -> bool:
+        counts.update(inputs.changelog_counts(worker_factory.application_id))
+        return all(counts.get(key, 0) >= n for key, n in expected.items())
+
     wait_until(
-        lambda: inputs.changelog_counts(worker_factory.application_id) == expected,
+        none_lost,
         60,
-        message="the changelog's counts equal the recount",
+        message=lambda: (
+            "the changelog's counts at least the recount: "
+            f"{ {k: (counts.get(k), n) for k, n in expected.items() if counts.get(k, 0) < n} }"
+        ),
     )
+    assert set(counts) == set(expected), "a count for every key sent and no other"
+    repeated = {k: counts[k] - n for k, n in expected.items() if counts[k] != n}
+    assert len(repeated) <= len(expected) // 100, f"counted twice: {repeated}"
     for worker in (a, b):
         worker.wait_ready(60)
         assert worker.alive and len(worker.pids) == 1, f"{worker.name} never stopped"
