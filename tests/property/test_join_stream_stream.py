@@ -10,14 +10,12 @@ never for a record that found a partner (KAFKA-10847).
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.joining import Joining
+from tests.support.joining import Fed, joining
 from worker.operators.joins.stream_stream import Kind, add_stream_stream_join, result_parents
 from worker.processing.join_windows import JoinWindows
 from worker.processing.topology import Topology
@@ -117,21 +115,15 @@ def test_stream_stream_join_matches_the_reference(
     windows = JoinWindows(before * scale, after * scale, grace * scale)
     reference = Reference(windows, kind)
     now = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        running = Joining(topology(windows, kind).build(), Path(tmp))
-        try:
-            for event in script:
-                if event[0] == "restart":
-                    running.restart()
-                    continue
-                if event[0] == "restore":
-                    running.restore()
-                    continue
-                side, key, value, step, lateness = event
-                now += step * scale
-                ts = max(0, now - lateness * scale)
-                running.feed(f"{side}t", key, value, ts)
-                reference.record(0 if side == "l" else 1, key, value, ts)
-            assert running.outputs("out") == reference.out
-        finally:
-            running.close()
+
+    def fed(event: Any) -> Fed:
+        nonlocal now
+        side, key, value, step, lateness = event
+        now += step * scale
+        ts = max(0, now - lateness * scale)
+        reference.record(0 if side == "l" else 1, key, value, ts)
+        return f"{side}t", key, value, ts
+
+    with joining(topology(windows, kind).build()) as running:
+        running.play(script, fed)
+        assert running.outputs("out") == reference.out

@@ -9,14 +9,12 @@ grace buffer): the outputs equal the reference's, in order, with their timestamp
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.joining import Joining
+from tests.support.joining import Fed, joining
 from worker.operators.joins.stream_table import add_stream_table_join
 from worker.operators.joins.tables import add_versioned_table
 from worker.processing.topology import Topology
@@ -116,23 +114,15 @@ def test_stream_table_join_matches_the_reference(
 ) -> None:
     grace = 0 if history is None else grace  # a grace needs a versioned table
     reference = Reference(history, left, grace)
-    with tempfile.TemporaryDirectory() as tmp:
-        running = Joining(topology(history, left, grace).build(), Path(tmp))
-        try:
-            for event in script:
-                if event[0] == "restart":
-                    running.restart()
-                    continue
-                if event[0] == "restore":
-                    running.restore()
-                    continue
-                kind, key, value, ts = event
-                if kind == "table":
-                    running.feed("tt", key, value, ts)
-                    reference.table(key, value, ts)
-                else:
-                    running.feed("s", key, value, ts)
-                    reference.stream(key, value, ts)
-            assert running.outputs("out") == reference.out
-        finally:
-            running.close()
+
+    def fed(event: Any) -> Fed:
+        kind, key, value, ts = event
+        if kind == "table":
+            reference.table(key, value, ts)
+            return "tt", key, value, ts
+        reference.stream(key, value, ts)
+        return "s", key, value, ts
+
+    with joining(topology(history, left, grace).build()) as running:
+        running.play(script, fed)
+        assert running.outputs("out") == reference.out

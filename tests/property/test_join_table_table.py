@@ -9,14 +9,12 @@ table.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.joining import Joining
+from tests.support.joining import Fed, joining
 from worker.operators.joins.table_table import Kind, add_table_table_join, result_parents
 from worker.operators.joins.tables import add_versioned_table, table_node
 from worker.processing.topology import Topology
@@ -99,26 +97,19 @@ def test_table_table_join_matches_the_reference(
     kind: Kind, history: int | None, script: list[Any]
 ) -> None:
     reference = Reference(kind, history)
-    with tempfile.TemporaryDirectory() as tmp:
-        running = Joining(topology(kind, history).build(), Path(tmp))
-        try:
-            for event in script:
-                if event[0] == "restart":
-                    running.restart()
-                    continue
-                if event[0] == "restore":
-                    running.restore()
-                    continue
-                side, key, value, ts = event
-                running.feed(f"{side}t", key, value, ts)
-                reference.update(side, key, value, ts)
-            assert running.outputs("out") == reference.out
-            running.commit()
-            result = running.stores["J"]
-            for key in ("a", "b", "c"):
-                stored = result.get_committed(key.encode())
-                assert (
-                    None if stored is None else JSON.deserialize(stored)
-                ) == reference.result.get(key)
-        finally:
-            running.close()
+
+    def fed(event: Any) -> Fed:
+        side, key, value, ts = event
+        reference.update(side, key, value, ts)
+        return f"{side}t", key, value, ts
+
+    with joining(topology(kind, history).build()) as running:
+        running.play(script, fed)
+        assert running.outputs("out") == reference.out
+        running.commit()
+        result = running.stores["J"]
+        for key in ("a", "b", "c"):
+            stored = result.get_committed(key.encode())
+            assert (None if stored is None else JSON.deserialize(stored)) == reference.result.get(
+                key
+            )

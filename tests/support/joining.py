@@ -5,6 +5,9 @@ by hand. Keys are strings, values JSON."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,19 @@ from worker.state.store import Store
 from worker.tasks.stores import open_store
 
 Output = tuple[Any, Any, int]  # key, value, timestamp
+Fed = tuple[str, str | None, Any, int]  # topic, key, value, timestamp
+
+
+@contextmanager
+def joining(built: BuiltTopology) -> Iterator[Joining]:
+    """``Joining`` over a directory of its own, its stores closed and the directory
+    removed however the test ends (hypothesis runs one per example)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        running = Joining(built, Path(tmp))
+        try:
+            yield running
+        finally:
+            running.close()
 
 
 class Joining:
@@ -59,6 +75,18 @@ class Joining:
         key_bytes = None if key is None else key.encode()
         value_bytes = None if value is None else JSON.serialize(value)
         feed(self.graph, topic, 0, offset, ts, key_bytes, value_bytes)
+
+    def play(self, script: Iterable[Sequence[Any]], fed: Callable[[Sequence[Any]], Fed]) -> None:
+        """A property test's script in order: a ``("restart",)`` or ``("restore",)`` event
+        does that to the stores; ``fed`` turns any other event into the record to feed
+        (and is where the test tells its reference about it)."""
+        for event in script:
+            if event[0] == "restart":
+                self.restart()
+            elif event[0] == "restore":
+                self.restore()
+            else:
+                self.feed(*fed(event))
 
     def outputs(self, topic: str) -> list[Output]:
         return [

@@ -210,6 +210,9 @@ class KStream(Handle):
         return KTable(self._builder, node, stream.key_serde, serde, store)
 
     # -- joins (worker/dsl/joins.py, docs/joins.md) ------------------------------------
+    # Each join spells out its own parameters, as Kafka Streams names them: they are the
+    # signature help(), IDEs and mypy show. A shared list (partialmethod, a copying
+    # decorator) would hide it; the shared work is in ``_join`` and worker/dsl/joins.py.
 
     def join(
         self,

@@ -78,6 +78,9 @@ class KTable(Handle):
         return KStream(self._builder, node, self.key_serde, self.value_serde)
 
     # -- joins (worker/dsl/joins.py, docs/joins.md) ------------------------------------
+    # Each join spells out its own parameters, as Kafka Streams names them: they are the
+    # signature help(), IDEs and mypy show. A shared list (partialmethod, a copying
+    # decorator) would hide it; the shared work is in ``_join`` and worker/dsl/joins.py.
 
     def join(
         self,

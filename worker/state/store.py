@@ -216,12 +216,22 @@ class Store(Scannable, Flushable):
         self._cache.remember(key, value)
         return value
 
+    def _settle(self) -> None:
+        """Buffer what a subclass holds back until the buffer is read (by the changelog
+        or a commit): a write that would otherwise repeat on almost every record, such as
+        the versioned and windowed stores' observed time, is buffered once here. Runs
+        first in :meth:`pending`, :meth:`pending_times` and :meth:`commit`; the plain
+        store holds nothing back."""
+
     def pending(self) -> Mapping[bytes, bytes | None]:
-        """Read-only live view of the buffer (``None`` = delete)."""
+        """Read-only live view of the buffer (``None`` = delete), settled first."""
+        self._settle()
         return self._buffer.entries
 
     def pending_times(self) -> Mapping[bytes, int]:
-        """Read-only live view of each buffered key's write time (ms), for its changelog."""
+        """Read-only live view of each buffered key's write time (ms), for its changelog,
+        settled first."""
+        self._settle()
         return self._buffer.times
 
     def stamp_writes(self, clock: WriteClock) -> None:
@@ -255,14 +265,16 @@ class Store(Scannable, Flushable):
         """Atomically write the buffer and ``offsets`` (merged over the stored ones), with
         the task's ``stream_time`` when it is known (>= 0).
 
-        Steps: 1. nothing buffered and no offset changes -> return; 2. one WriteBatch
-        holding every buffered put/delete plus the changed offsets; 3. one ``db.write``
-        with the WAL on (a process crash keeps it; after power loss RocksDB recovers an
-        earlier commit, never part of one); 4. clear the buffer and update the cached
-        offsets. Every open scan is closed first.
+        Steps: 1. buffer what a subclass held back (:meth:`_settle`); 2. nothing
+        buffered and no offset changes -> return; 3. one WriteBatch holding every
+        buffered put/delete plus the changed offsets; 4. one ``db.write`` with the WAL on
+        (a process crash keeps it; after power loss RocksDB recovers an earlier commit,
+        never part of one); 5. clear the buffer and update the cached offsets. Every
+        open scan is closed first.
 
         If the write raises, nothing was written and the buffer is kept.
         """
+        self._settle()
         self._require_open()
         self._scans.close_all()
         changed = self._changed(offsets, stream_time)

@@ -357,16 +357,7 @@ class VersionedStore(Store):
             self._observed_unwritten = False
             self.put(fmt.OBSERVED_MS, encode_meta(self.observed_ms))
 
-    def pending(self) -> Mapping[bytes, bytes | None]:
-        self._settle()
-        return super().pending()
-
-    def pending_times(self) -> Mapping[bytes, int]:
-        self._settle()
-        return super().pending_times()
-
     def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
-        self._settle()
         super().commit(offsets, stream_time)
         self._pending_history.clear()  # in RocksDB now (a failed commit raised, kept them)
         self._cursor = None

@@ -259,18 +259,10 @@ class WindowedStore(Store):
             hi, self._expiry_hi = self._expiry_hi, None
             self.delete_range(b"", hi)
 
-    def pending(self) -> Mapping[bytes, bytes | None]:
-        self._settle()
-        return super().pending()
-
-    def pending_times(self) -> Mapping[bytes, int]:
-        self._settle()
-        return super().pending_times()
-
     def commit(self, offsets: Mapping[tuple[str, int], int], stream_time: int = -1) -> None:
         """:meth:`Store.commit`; when the batch held expiry's range delete, the expired
         range is then compacted (:meth:`_compact_expired`)."""
-        self._settle()
+        self._settle()  # here too: the range delete it may buffer is read before the commit
         ranges = self._buffer.ranges  # expiry's only: no other writer deletes by range
         expired = max(hi for _lo, hi in ranges) if ranges else None
         super().commit(offsets, stream_time)
