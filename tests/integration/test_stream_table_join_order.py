@@ -10,16 +10,17 @@ timestamp order gives some stream records an older, a newer or no version.
 * Started after both topics are loaded, under the default ``max.task.idle.ms`` (0): the
   task waits for the table partition while the broker reports data in it not yet fetched.
 * Already running when the records arrive, under ``max.task.idle.ms`` > 0: the stream
-  records wait for the table partition, at its end and empty, until the table's
-  producer (a second late) delivers; once the table is processed the newer stream
-  records wait out the idle time again and are processed anyway, counted in
-  ``worker_enforced_processing_total``.
+  records wait (buffered, none processed) for the table partition, at its end and
+  empty, until the table's late producer delivers; once the table is processed the
+  newer stream records wait out the idle time again and are processed anyway, counted
+  in ``worker_enforced_processing_total``.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ PARTITIONS = 2
 KEYS = [f"k{i}" for i in range(6)]
 VERSIONS = 15
 STEP_MS = 1_000  # between a key's versions; its stream records fall at +250 and +750
+IDLE_MS = 8_000  # the late table arrives well within it, even on a loaded machine
 FILLER = 12_000  # table rows of other keys, ~2.4 MB: over a fetch's 1 MiB per partition
 FILLER_VALUE = b"x" * 200
 
@@ -86,12 +88,14 @@ def joined(bootstrap: str, out: str) -> dict[str, str]:
     return results
 
 
-def produce_stream_then_table(bootstrap: str, stream: str, table: str, delay: float) -> None:
+def produce_stream_then_table(
+    bootstrap: str, stream: str, table: str, between: Callable[[], None] = lambda: None
+) -> None:
+    """The stream records, then (after ``between``) the table rows older than them."""
     base = int(time.time() * 1000) - 3_600_000
     records, times = stream_records(base)
     produce(bootstrap, stream, records, timestamps=times)
-    if delay:
-        time.sleep(delay)  # the table's producer is late: what max.task.idle.ms waits for
+    between()
     # Rows of other keys, older than every stream record, ahead of the versions: more
     # than one fetch of the table, so that a reader in fetch order meets the stream first.
     filler = [(f"other-{i}".encode(), FILLER_VALUE) for i in range(FILLER)]
@@ -111,7 +115,7 @@ def test_a_worker_started_over_loaded_topics_joins_each_stream_record_as_of_its_
     bootstrap, worker_factory
 ):
     table, stream, out = load(bootstrap, uuid.uuid4().hex[:8])
-    produce_stream_then_table(bootstrap, stream, table, delay=0.0)
+    produce_stream_then_table(bootstrap, stream, table)
     worker = worker_factory(
         "ordered",
         settings={"commit.interval.ms": 200},
@@ -132,15 +136,23 @@ def test_a_running_worker_waits_up_to_max_task_idle_for_a_late_table(bootstrap, 
     table, stream, out = load(bootstrap, uuid.uuid4().hex[:8])
     worker = worker_factory(
         "idling",
-        settings={"commit.interval.ms": 200, "max.task.idle.ms": 6_000},
+        settings={"commit.interval.ms": 200, "max.task.idle.ms": IDLE_MS},
         args=["--app", "tests.integration.versioned_app:build"],
         env={TOPICS_ENV: f"{table},{stream},{out}", "PYTHONPATH": REPO},
     )
     worker.wait_ready(60)
-    produce_stream_then_table(bootstrap, stream, table, delay=1.0)
+    tasks = {f"0_{partition_for(k.encode(), PARTITIONS)}" for k in KEYS}
+
+    def stream_waiting() -> None:
+        """Every task holds stream records it fetched and waits (its table at its end)."""
+        buffered = lambda t: worker.metric("worker_buffered_records", task=t)  # noqa: E731
+        wait_until(lambda: all(buffered(t) > 0 for t in tasks), 20, message="stream buffered")
+        assert worker.metric("worker_processed_records_total") == 0
+        assert not joined(bootstrap, out)
+
+    produce_stream_then_table(bootstrap, stream, table, between=stream_waiting)
     results = wait_joined(bootstrap, out)
     assert results == expected()
-    tasks = {f"0_{partition_for(k.encode(), PARTITIONS)}" for k in KEYS}
     enforced = {t: worker.metric("worker_enforced_processing_total", task=t) for t in tasks}
     # The newest stream records of each task, past its table's last version, waited out
     # the idle time and were processed anyway.
