@@ -77,6 +77,10 @@ def settings_for(bootstrap: str, application_id: str) -> Settings:
         "bootstrap.servers": bootstrap,
         "application.id": application_id,
         "num.standby.replicas": "0",
+        # Records are fed by hand, not fetched: no fetch reports a partition's end, so a
+        # task reading several partitions must not wait for one (the example app's
+        # joins, a topology with a table beside its stream).
+        "max.task.idle.ms": "-1",
     }
     return load(None, overrides, environ={}).settings
 

@@ -166,6 +166,9 @@ class Settings(BaseModel):
     )
     # Kafka 4's broker default for log.message.timestamp.after.max.ms; -1: no bound.
     timestamp_max_future_ms: int = Field(3_600_000, alias="timestamp.max.future.ms", ge=-1)
+    # How long a task reading several partitions waits for an empty one before it
+    # processes the others (worker.tasks.partition_group); -1: never.
+    max_task_idle_ms: int = Field(0, alias="max.task.idle.ms", ge=-1)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)

@@ -116,6 +116,19 @@ class Metrics:
         self.processed_records = Counter(
             "worker_processed_records_total", "Input records processed by active tasks", registry=r
         )
+        self.enforced_processing = Counter(
+            "worker_enforced_processing_total",
+            "Records a task reading several partitions processed while one of them was"
+            " empty and no longer waited for (max.task.idle.ms): possibly out of order",
+            ["task"],
+            registry=r,
+        )
+        self.buffered_records = Gauge(
+            "worker_buffered_records",
+            "Records a task reading several partitions fetched and has not processed yet",
+            ["task"],
+            registry=r,
+        )
         self.task_unavailable_seconds = Counter(
             "worker_task_unavailable_seconds_total",
             "Seconds an active task had input waiting and processed nothing, by cause"

@@ -176,6 +176,7 @@ class _FakeLogs:
         self.paused: set[TP] = set()
         self._fetched: set[TP] = set()
         self.headers: dict[tuple[TP, int], Any] = {}  # (partition, offset) -> its headers
+        self.timestamps: dict[tuple[TP, int], int] = {}  # (partition, offset) -> ms, if not 0
         self.closed = False
 
     def append(
@@ -185,6 +186,7 @@ class _FakeLogs:
         key: bytes | None,
         value: bytes | None,
         headers: Any = None,
+        timestamp: int = 0,
     ) -> int:
         """Append a record at the end of the partition; return its offset."""
         tp = (topic, partition)
@@ -192,6 +194,8 @@ class _FakeLogs:
         self.logs.setdefault(tp, []).append((offset, key, value))
         if headers:
             self.headers[(tp, offset)] = headers
+        if timestamp:
+            self.timestamps[(tp, offset)] = timestamp
         self.high_watermarks[tp] = offset + 1
         return offset
 
@@ -246,8 +250,16 @@ class FakeDataConsumer(_FakeLogs):
     """``DataConsumer``: reads the assigned source partitions from explicit positions.
 
     Feed it with ``append``; ``consume`` returns :class:`FakeMessage` objects, partitions
-    in sorted order, at most ``max_records`` in all.
+    in sorted order, at most ``max_records`` in all, none of a paused partition. A
+    partition whose position reached the high watermark is reported once by
+    ``take_ends`` (again after new records arrive and are read), like the partition-EOF
+    events the real one takes out of its batches.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ends: dict[TP, int] = {}
+        self._eof_reported: dict[TP, int] = {}
 
     def consume(self, max_records: int, timeout: float) -> list[Any]:
         messages: list[Any] = []
@@ -255,9 +267,42 @@ class FakeDataConsumer(_FakeLogs):
             budget = max_records - len(messages)
             if budget <= 0:
                 break
+            if tp in self.paused:
+                continue
+            self._fetched.add(tp)
             for offset, key, value in self._take(tp, budget):
-                messages.append(FakeMessage(tp[0], tp[1], offset, key, value))
+                messages.append(
+                    FakeMessage(
+                        tp[0],
+                        tp[1],
+                        offset,
+                        key,
+                        value,
+                        self.timestamps.get((tp, offset), 0),
+                        self.headers.get((tp, offset)),
+                    )
+                )
+            end = self.end_offset(tp)
+            if self.positions[tp] >= end and self._eof_reported.get(tp) != end:
+                self._ends[tp] = self._eof_reported[tp] = end
         return messages
+
+    def take_ends(self) -> dict[TP, int]:
+        ends, self._ends = self._ends, {}
+        return ends
+
+    def add(self, positions: Mapping[TP, int | None]) -> None:
+        super().add(positions)
+        for tp in positions:
+            self._eof_reported.pop(tp, None)
+            self._ends.pop(tp, None)
+
+    def remove(self, partitions: Iterable[TP]) -> None:
+        partitions = list(partitions)
+        super().remove(partitions)
+        for tp in partitions:
+            self._eof_reported.pop(tp, None)
+            self._ends.pop(tp, None)
 
 
 class FakeRestoreConsumer(_FakeLogs):

@@ -119,10 +119,10 @@ def example_data(bootstrap: str, accounts: int = 60, changing: int = 0) -> Examp
 
 def wait_profiles_served(data: ExampleData, worker: Any, timeout: float = 90.0) -> None:
     """Wait until the joins' versioned table serves every account's profile (asked of
-    ``worker``, which redirects to each key's owner). The worker reads a task's partitions
-    in fetch order, not by timestamp (docs/joins.md): a payment produced while a joins'
-    task is still reading its profiles (as when its task moves in the first rounds on
-    Kafka) can join none, so tests that check alerts start their payments after this."""
+    ``worker``, which redirects to each key's owner). Tests that check alerts start their
+    payments after this, as they did when the worker read a task's partitions in fetch
+    order (a payment produced while a joins' task was still reading its profiles joined
+    none); it now reads them in timestamp order (docs/joins.md)."""
 
     def served(account: str) -> bool:
         try:

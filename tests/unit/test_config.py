@@ -347,3 +347,12 @@ def test_a_transaction_timeout_shorter_than_a_transaction_is_refused_naming_the_
         load(overrides={"processing.guarantee": "exactly_once_v2", **overrides}, environ={})
 
     assert caught.value.key == key
+
+
+def test_max_task_idle_is_0_by_default_minus_one_disables_and_below_is_refused() -> None:
+    assert load(environ={}).settings.max_task_idle_ms == 0
+    assert load(overrides={"max.task.idle.ms": "-1"}, environ={}).settings.max_task_idle_ms == -1
+    assert load(overrides={"max.task.idle.ms": "500"}, environ={}).settings.max_task_idle_ms == 500
+    for bad in ("-2", "soon"):
+        with pytest.raises(ConfigError, match=re.escape("max.task.idle.ms")):
+            load(overrides={"max.task.idle.ms": bad}, environ={})

@@ -278,10 +278,11 @@ def _run(
 def _wait_profiles_stored(worker: DemoWorker, profiles: ProfileHistory, timeout: float) -> None:
     """Wait until the joins' versioned table holds every profile, committed: the last
     profile record of each partition is what its key reads (over HTTP, from the task's
-    owner). The worker reads a task's partitions in the order they are fetched, not by
-    timestamp (Kafka Streams' ``max.task.idle.ms``): a payment that reaches the join
-    before the profile records older than it, as when its task moves on Kafka while the
-    first payments flow, finds no profile (docs/joins.md)."""
+    owner). Kept from when the worker read a task's partitions in fetch order: a payment
+    that reached the join before the profile records older than it, as when its task
+    moved on Kafka while the first payments flowed, found no profile. The joins' task
+    now reads them in timestamp order, waiting for a profiles partition with records
+    not fetched yet (docs/joins.md, "Partitions in timestamp order")."""
     last: dict[int, tuple[str, dict[str, Any]]] = {}
     for key, value in profiles.records()[0]:
         last[partition_for(key.encode(), PARTITIONS)] = (key, value)

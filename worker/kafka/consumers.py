@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import compress, filterfalse
 from typing import Any, cast
 
 import confluent_kafka as ck
@@ -255,7 +256,9 @@ class DataConsumer(_PositionedConsumer):
     """Reads the active tasks' source partitions from explicit positions.
 
     Group membership and offset commits belong to the kafka-python member; this consumer
-    never joins the group and never commits.
+    never joins the group and never commits. It reports where a partition's fetch
+    reached its end (:meth:`take_ends`): a task that reads several partitions waits for
+    an empty one only while it is not at its end (``worker.tasks.partition_group``).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -270,18 +273,45 @@ class DataConsumer(_PositionedConsumer):
                 # Aborted input must never be read: another app's under exactly-once, and
                 # always a table load's (worker.spark loads each partition in a transaction).
                 "isolation.level": "read_committed",
+                # The end of a partition, as the fetch reached it (the last stable offset
+                # under read_committed, past any transaction marker): the lag is 0.
+                "enable.partition.eof": True,
             }
         )
         super().__init__(config)
+        self._ends: dict[TP, int] = {}
 
     def consume(self, max_records: int, timeout: float) -> list[Any]:
-        """Raw confluent-kafka messages (errors already raised); the loop routes them."""
+        """Raw confluent-kafka messages (errors raised, ends taken out); the loop routes them.
+
+        A batch holds an end event only when a partition's fetch caught up, so it is
+        copied without them only then, in C (``filterfalse``), as are the events picked.
+        """
         if not self._assigned:
             return []
         messages = self._consumer.consume(max_records, timeout)
         if any(map(_message_error, messages)):
-            for msg in messages:
-                error = msg.error()
-                if error is not None:
+            for msg in compress(messages, map(_message_error, messages)):
+                error = cast(ck.KafkaError, msg.error())
+                if not is_partition_eof(error):
                     raise fetch_error(error, "source fetch")
+                self._ends[cast(TP, (msg.topic(), msg.partition()))] = cast(int, msg.offset())
+            messages = list(filterfalse(_message_error, messages))
         return messages
+
+    def take_ends(self) -> dict[TP, int]:
+        """Each partition whose fetch reached its end since the last call, and the offset
+        there (the next one it will have)."""
+        ends, self._ends = self._ends, {}
+        return ends
+
+    def add(self, positions: Mapping[TP, int | None]) -> None:
+        for tp in positions:
+            self._ends.pop(tp, None)
+        super().add(positions)
+
+    def remove(self, partitions: Iterable[TP]) -> None:
+        partitions = list(partitions)
+        for tp in partitions:
+            self._ends.pop(tp, None)
+        super().remove(partitions)

@@ -91,9 +91,10 @@ class ProcessingLoop:
         if consuming:
             messages = self._consumer.consume(CONSUME_BATCH, 0.0 if tasks.restoring() else poll_s)
             laps.lap("consume")
-            if messages:
-                self._parts.router.process(messages)
-                laps.lap("process")
+            # Also without records: a task reading several partitions may have waited
+            # for one of them, which a fetch's end or the idle time since ended.
+            self._parts.router.process(messages)
+            laps.lap("process")
         elif not reading:
             self._stop.wait(poll_s)  # nothing to read: wait for the group or a stop
             laps.lap("idle")

@@ -5,6 +5,11 @@ share: the tasks by id, the route from a source partition to its task, the data
 consumer's assignment and the changelog reader's registrations. It keeps those three in
 step (a task's inputs start and stop together) and owns the moves every part needs:
 start, stop, close and revive. Single-threaded: the processing thread only.
+
+A task reading one partition is routed by ``route``; one reading several by ``ordered``,
+its records going through its :class:`~worker.tasks.partition_group.PartitionGroup`
+(``groups``), which exists while the task reads and is dropped with its buffered
+records when it stops.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from worker.observability import get_logger
 from worker.state.release_marker import ReleaseMarker
 from worker.state.restore import ChangelogReader
 from worker.tasks.commit_protocols import GroupOffsets
+from worker.tasks.partition_group import PartitionGroup, ranked_partitions, timestamp_reader
 from worker.tasks.state import TaskRole, TaskState
 from worker.tasks.task import Task
 from worker.tasks.task_context import TaskContext
@@ -38,7 +44,9 @@ class Tasks:
         self._current: list[Task] = []  # revived with current stores: start next step
         self._group_offsets = group_offsets
         self.by_id: dict[TaskId, Task] = {}
-        self.route: dict[TP, Task] = {}
+        self.route: dict[TP, Task] = {}  # tasks reading one partition
+        self.ordered: dict[TP, Task] = {}  # tasks reading several, through their group
+        self.groups: dict[TaskId, PartitionGroup] = {}
         self.first_assignment_at: float | None = None
         # Source offsets a released task resumes from (its old owner's release marker),
         # taken when its processing starts.
@@ -133,6 +141,23 @@ class Tasks:
         self._consumer.remove(task.source_partitions)
         for tp in task.source_partitions:
             self.route.pop(tp, None)
+            self.ordered.pop(tp, None)
+        group = self.groups.pop(task.id, None)
+        if group is not None:
+            group.clear()
+            self.ctx.metrics.buffered_records.labels(task=str(task.id)).set(0)
+
+    # -- inputs of tasks reading several partitions ----------------------------------
+
+    def take_input_ends(self) -> dict[TP, int]:
+        """The partitions whose fetch reached their end since the last call, and where."""
+        return self._consumer.take_ends()
+
+    def pause_inputs(self, partitions: list[TP]) -> None:
+        self._consumer.pause(partitions)
+
+    def resume_inputs(self, partitions: list[TP]) -> None:
+        self._consumer.resume(partitions)
 
     def _start_processing(self, task: Task) -> None:
         """Read the task's inputs from the committed offsets, then run its processors'
@@ -157,10 +182,22 @@ class Tasks:
             if known is None or offset > known:
                 committed[tp] = offset
         self._consumer.add(task.start_positions(committed))
-        for tp in task.source_partitions:
-            self.route[tp] = task
+        if len(task.source_partitions) > 1:
+            self.groups[task.id] = self._group(task)
+            self.ordered.update(dict.fromkeys(task.source_partitions, task))
+        else:
+            self.route.update(dict.fromkeys(task.source_partitions, task))
         if task.punctuators is not None:
             task.punctuators.start(task.stream_time)
+
+    def _group(self, task: Task) -> PartitionGroup:
+        settings = self.ctx.settings
+        return PartitionGroup(
+            ranked_partitions(task.subtopology, task.id.partition),
+            settings.max_task_idle_ms,
+            self.ctx.clock,
+            timestamp_reader(settings.timestamp_extractor, lambda: task.stream_time),
+        )
 
     def close(self, task_id: TaskId, clean: bool) -> None:
         """Stop and close one task (clean: checkpoint written); a failing close is logged."""

@@ -7,6 +7,11 @@ an :class:`OutputFailed` (the producer could not send) revives every running tas
 without blaming the record; any other worker error (a fail policy, a topology bug, a
 fatal client error) stops the worker. A store that met corruption is neither: its task
 is healed (:mod:`worker.tasks.healing`) and the others go on.
+
+A task that reads one partition processes its records as they come. A task that reads
+several has its records buffered in its partition group and processed in timestamp
+order once the batch is routed (:mod:`worker.tasks.partition_group`), every loop step,
+also one that fetched nothing (an idle wait may have ended).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from worker.processing.punctuators import PunctuationFailed
 from worker.tasks.committer import TaskCommitter
 from worker.tasks.failures import RunFailed
 from worker.tasks.healing import TaskHealer
+from worker.tasks.partition_group import PartitionGroup
 from worker.tasks.registry import Tasks
 from worker.tasks.state import TaskState
 from worker.tasks.task import Task
@@ -36,8 +42,9 @@ class RecordRouter:
         self._log = get_logger(component="router")
 
     def process(self, messages: list[Any]) -> int:
-        """Route each run of records from one partition to its task. Returns how many
-        were processed.
+        """Route each run of records from one partition to its task, then process what
+        the tasks reading several partitions can (:meth:`_process_ordered`). Returns how
+        many were processed.
 
         A record whose processing raises revives its task (see ``_processing_failed``);
         the rest of the batch for a revived task is dropped with its partitions (a revived
@@ -50,8 +57,8 @@ class RecordRouter:
         while i < end:
             msg = messages[i]
             task = route.get((msg.topic(), msg.partition()))
-            if task is None:  # records of a just-revoked partition are dropped
-                i += 1
+            if task is None:  # a task reading several partitions, or a just-revoked one
+                i = self._buffer(messages, i)
                 continue
             try:
                 after = task.process_run(messages, i)
@@ -65,8 +72,69 @@ class RecordRouter:
             processed += stopped.index - i
             i = stopped.index + 1
             self._run_failed(task, stopped)
+        if self._tasks.groups:
+            processed += self._process_ordered()
         if processed:
             self._counted(processed)
+        return processed
+
+    def _buffer(self, messages: list[Any], i: int) -> int:
+        """Buffer the run of records at ``i`` in its task's group, or drop it (its
+        partition was just revoked). Returns the index after the run."""
+        msg = messages[i]
+        topic, partition = msg.topic(), msg.partition()
+        end = i + 1
+        n = len(messages)
+        while end < n and messages[end].partition() == partition and messages[end].topic() == topic:
+            end += 1
+        task = self._tasks.ordered.get((topic, partition))
+        if task is not None:
+            self._tasks.groups[task.id].add(messages, i, end)
+        return end
+
+    def _process_ordered(self) -> int:
+        """Process what each task reading several partitions can, in timestamp order
+        (:meth:`PartitionGroup.next_run`); pause the partitions it holds too much of."""
+        tasks = self._tasks
+        for tp, offset in tasks.take_input_ends().items():
+            task = tasks.ordered.get(tp)
+            if task is not None:
+                tasks.groups[task.id].reached_end(tp, offset)
+        processed = 0
+        for task_id, group in list(tasks.groups.items()):
+            if tasks.groups.get(task_id) is not group:
+                continue  # revived by another task's failure
+            task = tasks.by_id[task_id]
+            processed += self._drain(task, group)
+            if tasks.groups.get(task_id) is group:
+                pause, resume = group.flow()
+                if pause:
+                    tasks.pause_inputs(pause)
+                if resume:
+                    tasks.resume_inputs(resume)
+                tasks.ctx.metrics.buffered_records.labels(task=str(task_id)).set(group.buffered)
+        return processed
+
+    def _drain(self, task: Task, group: PartitionGroup) -> int:
+        """Process ``group``'s runs until it waits, empties or its task stops reading
+        (a record failed: ``_run_failed``)."""
+        processed = 0
+        enforced = self._tasks.ctx.metrics.enforced_processing.labels(task=str(task.id))
+        groups = self._tasks.groups
+        while groups.get(task.id) is group and (run := group.next_run()) is not None:
+            try:
+                after = task.process_run(run.records, run.start, run.stop)
+            except RunFailed as failed:
+                stopped = failed
+            else:
+                processed += after - run.start
+                if run.enforced:
+                    enforced.inc(after - run.start)
+                group.consumed(run, after)
+                continue
+            processed += stopped.index - run.start
+            group.consumed(run, stopped.index + 1)
+            self._run_failed(task, stopped)  # out of the handler, as in process()
         return processed
 
     def punctuate(self) -> int:

@@ -227,9 +227,10 @@ class Task:
 
     # -- processing ------------------------------------------------------------------
 
-    def process_run(self, messages: Sequence[Any], start: int) -> int:
-        """Run ``messages[start]`` and the records after it from the same source partition
-        through the graph (actives only). Returns the index after the last one processed.
+    def process_run(self, messages: Sequence[Any], start: int, stop: int | None = None) -> int:
+        """Run ``messages[start]`` and the records after it from the same source partition,
+        before ``stop`` (default: the end), through the graph (actives only). Returns the
+        index after the last one processed.
 
         One call per run of records rather than per record (issue 14): the graph's source
         function is looked up once and the consumed offset written once. A record that
@@ -238,7 +239,7 @@ class Task:
         """
         first = messages[start]
         topic, partition = first.topic(), first.partition()
-        end = len(messages)
+        end = len(messages) if stop is None else stop
         i = start
         try:
             run = self._graph.runner(topic)  # type: ignore[union-attr]

@@ -98,11 +98,19 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture
-def settings() -> Settings:
+def idle_ms() -> int:
+    """``max.task.idle.ms``: -1 (parametrize ``idle_ms``) for a test that hands the router
+    batches of its own, which no fetch ends; the harness's consumer reports them."""
+    return 0
+
+
+@pytest.fixture
+def settings(idle_ms: int) -> Settings:
     return Settings.model_validate(
         {
             "application.id": APP,
             "statestore.checkpoint.interval.ms": int(CHECKPOINT_INTERVAL_S * 1000),
+            "max.task.idle.ms": idle_ms,
         }
     )
 

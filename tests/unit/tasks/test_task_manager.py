@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from tests.fakes import FakeMessage
 from tests.unit.tasks.conftest import (
     CHECKPOINT_INTERVAL_S,
@@ -257,6 +259,7 @@ def test_records_are_routed_to_their_task_and_counted(harness: Harness) -> None:
     assert harness.metric("worker_processed_records_total") == 3
 
 
+@pytest.mark.parametrize("idle_ms", [-1])  # a batch of the test's own: no fetch ends
 def test_interleaved_runs_of_partitions_commit_each_partitions_last_offset(
     harness: Harness,
 ) -> None:
