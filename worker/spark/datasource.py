@@ -21,8 +21,9 @@ Each Kafka partition is one Spark input partition, read by an executor with
   (records sampled to infer a schema when none is given);
 - ``bootstrap.servers`` and ``kafka.<librdkafka setting>`` for the clients.
 
-Writing takes encoded ``partition, key, value`` rows (``worker.spark.load`` encodes them
-with the serdes and the worker's partitioner) and writes each Kafka partition's rows in
+Writing takes encoded ``partition, key, value`` rows, optionally with a ``timestamp``
+(epoch ms each record carries; null: the time of the write), which ``worker.spark.load``
+encodes with the serdes and the worker's partitioner, and writes each Kafka partition's rows in
 one transaction (``worker.kafka.table_writer.write_transactions``); a task that fails has
 committed nothing, and its retry fences it by the partition's transactional id.
 """
@@ -56,7 +57,7 @@ from worker.kafka.table_reader import (
 from worker.kafka.table_writer import WriteSummary, write_transactions, writer_config
 from worker.operators.joins.tables import source_node
 from worker.serde import Serde, by_name
-from worker.spark.decoding import RAW_FIELDS, RowDecoder, ddl, infer_fields
+from worker.spark.decoding import RAW_FIELDS, STAMPED_FIELDS, RowDecoder, ddl, infer_fields
 from worker.spark.errors import LoadRejected, SchemaMismatch, TableNotFound
 
 FORMAT = "worker"
@@ -210,11 +211,12 @@ class WorkerTopics(DataSource):
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        fields = {f.name: f.dataType.simpleString() for f in schema.fields}
-        if any(fields.get(name) != kind for name, kind in RAW_FIELDS):
+        fields = tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+        if fields not in (RAW_FIELDS, STAMPED_FIELDS):
             raise LoadRejected(
-                f"writing a table takes the columns {ddl(RAW_FIELDS)} (encoded records), got"
-                f" {ddl(fields.items())}: worker.spark.load.load_table encodes rows"
+                f"writing a table takes the columns {ddl(RAW_FIELDS)} (encoded records),"
+                f" optionally with {ddl(STAMPED_FIELDS[-1:])} (epoch ms; null: the time of"
+                f" the write), got {ddl(fields)}: worker.spark.load.load_table encodes rows"
             )
         return TopicWriter(
             self.write_config,
@@ -288,7 +290,12 @@ class TopicWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> Committed:
         records = (
-            (int(row[0]), bytes(row[1]), None if row[2] is None else bytes(row[2]))
+            (
+                int(row[0]),
+                bytes(row[1]),
+                None if row[2] is None else bytes(row[2]),
+                row[3] if len(row) > 3 else None,
+            )
             for row in iterator
         )
         summary = write_transactions(
