@@ -7,6 +7,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,14 @@ def rejected_cases(spark: Any) -> dict[str, tuple[Any, dict[str, Any], str]]:
             {},
             "key column 'k' is not unique: 'a' \\(2 rows\\)",
         ),
+        "null timestamp": (
+            spark.createDataFrame(
+                [("a", 1, datetime(2024, 5, 1, tzinfo=UTC)), ("b", 2, None)],
+                "k STRING, n LONG, at TIMESTAMP",
+            ),
+            {"timestamp_column": "at", "mode": "upsert"},
+            "1 of 2 rows cannot be written.*timestamp column 'at' is null for key 'b'",
+        ),
     }
 
 
@@ -168,6 +177,7 @@ def rejected_cases(spark: Any) -> dict[str, tuple[Any, dict[str, Any], str]]:
         "value does not serialise",
         "decimal value",
         "duplicate keys",
+        "null timestamp",
     ],
 )
 def test_a_load_that_fails_its_checks_is_rejected_and_writes_nothing(spark, bootstrap, case):

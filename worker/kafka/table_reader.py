@@ -5,6 +5,11 @@ Runs inside Spark's Python workers (one call per Kafka partition, see
 config dict (:func:`reader_config`), which pickles. The consumer reads ``read_committed``,
 as the workers do: records of an aborted or still open load transaction are never part
 of the table. A null value (a tombstone) deletes its key.
+
+A plain table's latest value of a key is its last record. A versioned table's is the
+record with the largest timestamp (the last of equals), as its store keeps it: a
+version loaded after a newer one (a backfill) joins the history, and the newer one
+stays the latest although the older one came last (``by_time``).
 """
 
 from __future__ import annotations
@@ -31,10 +36,29 @@ def reader_config(settings: Settings) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class PartitionContent:
-    """One partition's table: key -> latest value, and how many records it took to read."""
+    """One partition's table: key -> latest value, the timestamp (epoch ms) of each key's
+    latest record, and how many records it took to read."""
 
     rows: dict[bytes, bytes] = field(default_factory=dict)
+    times: dict[bytes, int] = field(default_factory=dict)
     records: int = 0
+
+    def apply(self, key: bytes | None, value: bytes | None, timestamp: int, by_time: bool) -> None:
+        """Fold one record in: the key's latest unless ``by_time`` and it is older than
+        the key's latest record (a tombstone's time is kept to compare with)."""
+        self.records += 1
+        if key is None:  # not a table record: no key to look it up by
+            return
+        if by_time and timestamp < self.times.get(key, timestamp):
+            return  # an older version: history, not the latest
+        if value is None:
+            self.rows.pop(key, None)
+            if not by_time:
+                self.times.pop(key, None)
+                return
+        else:
+            self.rows[key] = value
+        self.times[key] = timestamp
 
 
 def read_table_partition(
@@ -44,35 +68,31 @@ def read_table_partition(
     *,
     idle_timeout: float = 60.0,
     limit: int | None = None,
+    by_time: bool = False,
 ) -> PartitionContent:
     """The committed content of ``topic[partition]`` from its start to its current end.
 
-    ``limit`` stops after that many records (a sample). Raises as :func:`committed_records`.
+    ``limit`` stops after that many records (a sample); ``by_time`` reads a versioned
+    table (see the module doc). Raises as :func:`committed_messages`.
     """
     content = PartitionContent()
-    rows = content.rows
-    for key, value in committed_records(
+    for key, value, timestamp in committed_messages(
         config, topic, partition, idle_timeout=idle_timeout, limit=limit
     ):
-        content.records += 1
-        if key is None:  # not a table record: no key to look it up by
-            continue
-        if value is None:
-            rows.pop(key, None)
-        else:
-            rows[key] = value
+        content.apply(key, value, timestamp, by_time)
     return content
 
 
-def committed_records(
+def committed_messages(
     config: Mapping[str, Any],
     topic: str,
     partition: int,
     *,
     idle_timeout: float = 60.0,
     limit: int | None = None,
-) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every committed (key, value) of ``topic[partition]``, in order, up to its current end.
+) -> Iterator[tuple[bytes | None, bytes | None, int]]:
+    """Every committed (key, value, timestamp in epoch ms) of ``topic[partition]``, in
+    order, up to its current end.
 
     Raises LoadFailed if the broker reports an error, or nothing arrives for
     ``idle_timeout`` seconds before the end.
@@ -107,7 +127,7 @@ def committed_records(
                         return
                     raise LoadFailed(f"reading {topic}[{partition}]: {err}")
                 read += 1
-                yield msg.key(), msg.value()
+                yield msg.key(), msg.value(), msg.timestamp()[1]
             if messages:
                 deadline = time.monotonic() + idle_timeout
     finally:

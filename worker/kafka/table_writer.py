@@ -5,8 +5,10 @@ bytes, ``worker.partitioner``, the function the worker itself uses) and hands th
 :func:`write_transactions`: one :class:`TableWriter` per Kafka partition, a
 transactional producer with ``acks=all`` and the partition's stable
 :func:`transactional_id`, writing to the partition it is told, never choosing one
-itself; ``None`` as a value is a delete (a tombstone on the compacted topic). Each
-partition's records commit together or not at all.
+itself; ``None`` as a value is a delete (a tombstone on the compacted topic). A record
+carries the timestamp it is given (its event time, which versioned tables and windows
+read), or the time it is produced. Each partition's records commit together or not at
+all.
 
 It counts what the broker acknowledged and the transaction committed, per partition, and
 nothing else: a record that failed, or was still in flight at the flush deadline, is
@@ -31,7 +33,8 @@ from worker.kafka.client_config import base_config
 from worker.kafka.error_classifier import ends_the_client
 from worker.kafka.loader import LoadFailed
 
-Record = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a delete)
+# (partition, key, value or None for a delete, timestamp in epoch ms or None for "now")
+Record = tuple[int, bytes, bytes | None, int | None]
 _MAX_ERRORS = 5  # error texts kept per summary: enough to diagnose, bounded in size
 _POLL_EVERY = 1000  # serve delivery callbacks every this many records
 
@@ -170,11 +173,15 @@ class TableWriter:
         if len(self._errors) < _MAX_ERRORS:
             self._errors.append(text)
 
-    def write(self, partition: int, key: bytes, value: bytes | None) -> bool:
-        """Send one record to ``partition``. Returns False (sending nothing) after a failure.
+    def write(
+        self, partition: int, key: bytes, value: bytes | None, timestamp: int | None = None
+    ) -> bool:
+        """Send one record to ``partition``, stamped ``timestamp`` (epoch ms; None: now).
+        Returns False (sending nothing) after a failure.
 
-        Raises ValueError for a partition outside the topic or a key that is not bytes:
-        the caller computed them, so either is a bug, not a broker problem.
+        Raises ValueError for a partition outside the topic, a key that is not bytes or a
+        timestamp that is not positive (librdkafka reads 0 as "now"): the caller computed
+        them, so each is a bug, not a broker problem.
         """
         if self._errors:
             return False
@@ -182,10 +189,20 @@ class TableWriter:
             raise ValueError(f"partition {partition} outside 0..{self.num_partitions - 1}")
         if type(key) is not bytes:
             raise ValueError(f"table keys must be bytes, got {type(key).__name__}")
+        stamp = {}
+        if timestamp is not None:
+            if timestamp <= 0:
+                raise ValueError(f"record timestamps are positive epoch ms, got {timestamp}")
+            stamp["timestamp"] = timestamp
         while True:
             try:
                 self._producer.produce(
-                    self.topic, value, key, partition=partition, on_delivery=self._on_delivery
+                    self.topic,
+                    value,
+                    key,
+                    partition=partition,
+                    on_delivery=self._on_delivery,
+                    **stamp,
                 )
                 break
             except BufferError:
@@ -289,13 +306,13 @@ def write_transactions(
     summary = WriteSummary()
     failed = False
     try:
-        for partition, key, value in records:
+        for partition, key, value, timestamp in records:
             writer = writers.get(partition)
             if writer is None:
                 txn = _transactional(config, topic, partition, transaction_timeout_ms)
                 writer = TableWriter(txn, topic, num_partitions, producer_factory=producer_factory)
                 writers[partition] = writer
-            if not writer.write(partition, key, value):
+            if not writer.write(partition, key, value, timestamp):
                 failed = True
                 break
     except BaseException:

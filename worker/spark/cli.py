@@ -3,6 +3,8 @@
     worker spark load account-profiles --input history/
     worker spark load table --input users.parquet --topic users --key-column id \\
         --value-columns name,email --partitions 8 --create --mode upsert
+    worker spark load table --input profiles/ --topic account-profiles --key-column account \\
+        --value-columns mean,std,n --timestamp-column valid_from --mode upsert
     worker spark load account-profiles --input hdfs:///history --master yarn --print-submit
 
 ``export``, ``reconcile`` and ``submit`` live in ``worker.spark.cli_jobs`` and join the
@@ -155,6 +157,12 @@ def account_profiles(
     help="Topics whose partition count the table's must equal; repeatable.",
 )
 @click.option("--allow-duplicate-keys", is_flag=True, help="Skip the unique-key check.")
+@click.option(
+    "--timestamp-column",
+    help="Stamp each record with this column's time (a timestamp, epoch milliseconds or"
+    " ISO-8601 with an offset) instead of the load's: the event time a versioned table"
+    " serves it from. With --mode upsert a key may have one row per time (a history).",
+)
 def table(
     topic: str,
     key_column: str,
@@ -165,6 +173,7 @@ def table(
     schema: str | None,
     co_partition_with: tuple[str, ...],
     allow_duplicate_keys: bool,
+    timestamp_column: str | None,
     **common: Any,
 ) -> None:
     """Any table: one row per key from Parquet, CSV or JSON files."""
@@ -190,6 +199,7 @@ def table(
             co_partition_with=co_partition_with,
             create=common["create"],
             check_unique_keys=not allow_duplicate_keys,
+            timestamp_column=timestamp_column,
             mode=common["mode"],
             progress=_progress,
         )

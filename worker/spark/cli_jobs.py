@@ -81,14 +81,27 @@ def _with_session(name: str, options: dict[str, Any], job: Callable[[Any, Settin
 @click.command("export")
 @click.argument("store")
 @click.option("--to", "path", required=True, help="Parquet output (a directory; replaced).")
+@click.option(
+    "--timestamp-column",
+    help="Add a column of this name holding each row's record time (a versioned table:"
+    " the time its latest version is valid from).",
+)
 @_session_options
-def export(store: str, path: str, **options: Any) -> None:
+def export(store: str, path: str, timestamp_column: str | None, **options: Any) -> None:
     """Write a store (or table) as the workers hold it to Parquet."""
 
     def job(spark: Any, settings: Settings) -> int:
         from worker.spark.export import export_store
 
-        result = export_store(spark, store, path, settings, app=options["app"], progress=_say)
+        result = export_store(
+            spark,
+            store,
+            path,
+            settings,
+            app=options["app"],
+            timestamp_column=timestamp_column,
+            progress=_say,
+        )
         click.echo(f"exported {store} to {path}: {result.describe()}")
         return 0
 

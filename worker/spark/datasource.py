@@ -18,11 +18,14 @@ Each Kafka partition is one Spark input partition, read by an executor with
   ``str`` / ``json``), ``keyColumn`` (``key``), ``raw`` (``true``: undecoded
   ``partition, key, value`` binary columns), ``latest`` (``false``: every committed
   record in order instead of the latest per key, for stream topics), ``sampleSize``
-  (records sampled to infer a schema when none is given);
+  (records sampled to infer a schema when none is given), ``timestampColumn`` (a last
+  column of that name holding each row's record timestamp: for a versioned table the
+  time its latest version is valid from);
 - ``bootstrap.servers`` and ``kafka.<librdkafka setting>`` for the clients.
 
-Writing takes encoded ``partition, key, value`` rows (``worker.spark.load`` encodes them
-with the serdes and the worker's partitioner) and writes each Kafka partition's rows in
+Writing takes encoded ``partition, key, value`` rows, optionally with a ``timestamp``
+(epoch ms each record carries; null: the time of the write), which ``worker.spark.load``
+encodes with the serdes and the worker's partitioner, and writes each Kafka partition's rows in
 one transaction (``worker.kafka.table_writer.write_transactions``); a task that fails has
 committed nothing, and its retry fences it by the partition's transactional id.
 """
@@ -33,6 +36,8 @@ import importlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -48,7 +53,7 @@ from pyspark.sql.types import StructType
 from worker.config import Settings, load
 from worker.dsl import StreamsBuilder
 from worker.kafka.table_reader import (
-    committed_records,
+    committed_messages,
     partition_count,
     read_table_partition,
     reader_config,
@@ -56,7 +61,7 @@ from worker.kafka.table_reader import (
 from worker.kafka.table_writer import WriteSummary, write_transactions, writer_config
 from worker.operators.joins.tables import source_node
 from worker.serde import Serde, by_name
-from worker.spark.decoding import RAW_FIELDS, RowDecoder, ddl, infer_fields
+from worker.spark.decoding import RAW_FIELDS, STAMPED_FIELDS, RowDecoder, ddl, infer_fields
 from worker.spark.errors import LoadRejected, SchemaMismatch, TableNotFound
 
 FORMAT = "worker"
@@ -104,8 +109,9 @@ def _built_topology(spec: str, application_id: str) -> Any:
     return topology.build()
 
 
-def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Serde, Serde]:
-    """(changelog topic, key serde, value serde) of the store named by the options."""
+def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Serde, Serde, bool]:
+    """(changelog topic, key serde, value serde, versioned) of the store named by the
+    options; versioned when it is a versioned table read from its topic."""
     topology = _built_topology(options.get("app", DEFAULT_APP), settings.application_id)
     try:
         _, spec = topology.store(options["store"])
@@ -117,12 +123,12 @@ def _store_spec(options: Mapping[str, str], settings: Settings) -> tuple[str, Se
         ) from None
     if spec.history_ms is not None:
         # A versioned table's changelog holds its versions in the store's own layout; its
-        # topic holds them as records, the last one per key being the latest version
-        # where they come in order (a load writes them so).
+        # topic holds them as records, the one with the largest time per key being the
+        # latest version (worker.kafka.table_reader reads them so).
         topic = _versioned_table_topic(topology, spec.name)
         if topic is not None:
-            return topic, spec.key_serde, spec.value_serde
-    return spec.changelog(settings.application_id), spec.key_serde, spec.value_serde
+            return topic, spec.key_serde, spec.value_serde, True
+    return spec.changelog(settings.application_id), spec.key_serde, spec.value_serde, False
 
 
 def _versioned_table_topic(topology: Any, store: str) -> str | None:
@@ -146,8 +152,9 @@ class WorkerTopics(DataSource):
         self.write_config = writer_config(settings)
         key_serde: Serde = by_name("str")
         value_serde: Serde = by_name("json")
+        self.by_time = False
         if "store" in options:
-            self.topic, key_serde, value_serde = _store_spec(options, settings)
+            self.topic, key_serde, value_serde, self.by_time = _store_spec(options, settings)
         elif "topic" in options:
             self.topic = options["topic"]
         else:
@@ -161,6 +168,9 @@ class WorkerTopics(DataSource):
         self.latest = options.get("latest", "true").lower() == "true"
         self.sample_size = int(options.get("sampleSize", "1000"))
         self.idle_timeout = float(options.get("idleTimeout", "60"))
+        self.timestamp_column = options.get("timestampColumn")
+        if self.timestamp_column is not None and self.raw:
+            raise LoadRejected("raw reads have no timestamp column: give raw or timestampColumn")
 
     @classmethod
     def name(cls) -> str:
@@ -196,25 +206,47 @@ class WorkerTopics(DataSource):
 
         with ThreadPoolExecutor(max_workers=min(8, count)) as pool:
             sample = [record for part in pool.map(sample_of, range(count)) for record in part]
-        return ddl(infer_fields(sample, self.key_serde, self.value_serde, self.key_column))
+        fields = infer_fields(sample, self.key_serde, self.value_serde, self.key_column)
+        if self.timestamp_column is not None:
+            if self.timestamp_column in dict(fields):
+                raise SchemaMismatch(
+                    f"the table has a column {self.timestamp_column!r} already: name the"
+                    " timestamp column otherwise (option timestampColumn)"
+                )
+            fields = (*fields, (self.timestamp_column, "timestamp"))
+        return ddl(fields)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         fields = tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+        if self.timestamp_column is not None:
+            if not fields or fields[-1] != (self.timestamp_column, "timestamp"):
+                raise SchemaMismatch(
+                    f"with timestampColumn the last column is {self.timestamp_column!r}"
+                    f" timestamp, got {ddl(fields)}"
+                )
+            fields = fields[:-1]
         decoder = None
         if not self.raw:
             decoder = RowDecoder.for_schema(fields, self.key_serde, self.value_serde)
         elif fields != RAW_FIELDS:
             raise SchemaMismatch(f"raw reads have the schema {ddl(RAW_FIELDS)}")
         return TopicReader(
-            self.config, self.topic, self.partitions(), decoder, self.idle_timeout, self.latest
+            self.config,
+            self.topic,
+            self.partitions(),
+            decoder,
+            self.idle_timeout,
+            self.latest,
+            ReadMode(by_time=self.by_time, stamped=self.timestamp_column is not None),
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        fields = {f.name: f.dataType.simpleString() for f in schema.fields}
-        if any(fields.get(name) != kind for name, kind in RAW_FIELDS):
+        fields = tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+        if fields not in (RAW_FIELDS, STAMPED_FIELDS):
             raise LoadRejected(
-                f"writing a table takes the columns {ddl(RAW_FIELDS)} (encoded records), got"
-                f" {ddl(fields.items())}: worker.spark.load.load_table encodes rows"
+                f"writing a table takes the columns {ddl(RAW_FIELDS)} (encoded records),"
+                f" optionally with {ddl(STAMPED_FIELDS[-1:])} (epoch ms; null: the time of"
+                f" the write), got {ddl(fields)}: worker.spark.load.load_table encodes rows"
             )
         return TopicWriter(
             self.write_config,
@@ -223,6 +255,15 @@ class WorkerTopics(DataSource):
             float(self.options.get("timeout", "180")),
             int(self.options.get("transactionTimeoutMs", "900000")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ReadMode:
+    """How a reader picks and stamps rows: ``by_time`` takes each key's latest version by
+    timestamp (a versioned table), ``stamped`` adds each row's record time as a column."""
+
+    by_time: bool = False
+    stamped: bool = False
 
 
 class TopicReader(DataSourceReader):
@@ -236,33 +277,50 @@ class TopicReader(DataSourceReader):
         decoder: RowDecoder | None,
         idle_timeout: float,
         latest: bool = True,
+        mode: ReadMode = ReadMode(),
     ) -> None:
         self.config, self.topic, self.count = config, topic, count
         self.decoder, self.idle_timeout, self.latest = decoder, idle_timeout, latest
+        self.mode = mode
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(p) for p in range(self.count)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         index = int(partition.value)
-        records: Iterable[tuple[Any, Any]]
+        records: Iterable[tuple[Any, Any, int]]
         if self.latest:
             content = read_table_partition(
-                self.config, self.topic, index, idle_timeout=self.idle_timeout
+                self.config,
+                self.topic,
+                index,
+                idle_timeout=self.idle_timeout,
+                by_time=self.mode.by_time,
             )
-            records = content.rows.items()
+            times = content.times
+            records = ((k, v, times[k]) for k, v in content.rows.items())
         else:
-            every = committed_records(
+            every = committed_messages(
                 self.config, self.topic, index, idle_timeout=self.idle_timeout
             )
-            records = ((k, v) for k, v in every if k is not None)
+            records = ((k, v, t) for k, v, t in every if k is not None)
         if self.decoder is None:
-            for key, value in records:
+            for key, value, _ in records:
                 yield index, key, value
             return
         decode = self.decoder.decode
-        for key, value in records:
-            yield decode(key, value)
+        if not self.mode.stamped:
+            for key, value, _ in records:
+                yield decode(key, value)
+            return
+        for key, value, timestamp in records:
+            yield (*decode(key, value), record_time(timestamp))
+
+
+def record_time(timestamp: int) -> datetime | None:
+    """A record's timestamp as Spark takes a timestamp column: an aware UTC datetime,
+    None for a record without one (Kafka's -1)."""
+    return None if timestamp < 0 else datetime.fromtimestamp(timestamp / 1000, UTC)
 
 
 class Committed(WriterCommitMessage):
@@ -288,7 +346,12 @@ class TopicWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> Committed:
         records = (
-            (int(row[0]), bytes(row[1]), None if row[2] is None else bytes(row[2]))
+            (
+                int(row[0]),
+                bytes(row[1]),
+                None if row[2] is None else bytes(row[2]),
+                row[3] if len(row) > 3 else None,
+            )
             for row in iterator
         )
         summary = write_transactions(

@@ -27,6 +27,7 @@ from worker.spark.errors import SchemaMismatch
 
 Field = tuple[str, str]  # (column name, Spark SQL type name as in a DDL string)
 RAW_FIELDS: tuple[Field, ...] = (("partition", "int"), ("key", "binary"), ("value", "binary"))
+STAMPED_FIELDS: tuple[Field, ...] = (*RAW_FIELDS, ("timestamp", "bigint"))  # what loads write
 _NAMES = {"bigint": "bigint", "long": "bigint", "int": "bigint", "integer": "bigint"}
 _NAMES |= {"double": "double", "float": "double", "string": "string", "binary": "binary"}
 _NAMES |= {"boolean": "boolean"}

@@ -23,9 +23,11 @@ from typing import Any
 from worker.partitioner import partition_for
 from worker.serde import Serde, SerdeError, by_name
 from worker.spark.errors import LoadRejected
+from worker.spark.timestamps import TimestampRejected, record_timestamp
 
 ValueSpec = str | Sequence[str] | Callable[[dict[str, Any]], Any]
-Encoded = tuple[int, bytes, bytes | None]  # (partition, key, value or None = delete)
+# (partition, key, value or None = delete, timestamp in epoch ms or None = the write's time)
+Encoded = tuple[int, bytes, bytes | None, int | None]
 
 # Spark type names (``DataType.simpleString()``) a serde can take as they are.
 _SERDE_TYPES = {"str": ("string",), "bytes": ("binary",)}
@@ -38,7 +40,7 @@ _NOT_JSON = (
 
 
 class RowRejected(ValueError):
-    """One row cannot be encoded (null key, value that does not serialise)."""
+    """One row cannot be encoded (null key, value that does not serialise, bad timestamp)."""
 
 
 def resolve_serde(serde: Serde | str) -> Serde:
@@ -71,7 +73,9 @@ class TableEncoder:
 
     Picklable as long as the value callable and custom serdes are (cloudpickle ships
     lambdas). ``num_partitions`` is the partition count of the target topic, checked
-    against the topic before any row is encoded.
+    against the topic before any row is encoded. ``timestamp_column`` (optional) gives
+    each record its time (``worker.spark.timestamps``); without it the records carry
+    the time they are written.
     """
 
     columns: tuple[str, ...]
@@ -80,16 +84,21 @@ class TableEncoder:
     key_serde: Serde
     value_serde: Serde
     num_partitions: int
+    timestamp_column: str | None = None
     _key_at: int = field(init=False, repr=False)
+    _timestamp_at: int | None = field(init=False, repr=False)
     _value_at: tuple[tuple[str, int], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.num_partitions <= 0:
             raise ValueError("num_partitions must be positive")
-        check_columns(dict.fromkeys(self.columns, ""), self.key_column, self.value)
+        names = dict.fromkeys(self.columns, "")
+        check_columns(names, self.key_column, self.value, timestamp_column=self.timestamp_column)
         at = self.columns.index
         object.__setattr__(self, "_key_at", at(self.key_column))
         object.__setattr__(self, "_value_at", tuple((c, at(c)) for c in value_columns(self.value)))
+        stamped = self.timestamp_column
+        object.__setattr__(self, "_timestamp_at", None if stamped is None else at(stamped))
 
     def encode(self, row: Sequence[Any]) -> Encoded:
         """The record for one row (a tuple of values in ``columns`` order, or a Spark Row).
@@ -110,7 +119,15 @@ class TableEncoder:
             value_bytes = self.value_serde.serialize(value)
         except (SerdeError, TypeError, ValueError) as exc:
             raise RowRejected(f"value of key {key!r}: {exc}") from None
-        return partition_for(key_bytes, self.num_partitions), key_bytes, value_bytes
+        timestamp = None
+        if self._timestamp_at is not None:
+            try:
+                timestamp = record_timestamp(
+                    row[self._timestamp_at], str(self.timestamp_column), key
+                )
+            except TimestampRejected as exc:
+                raise RowRejected(str(exc)) from None
+        return partition_for(key_bytes, self.num_partitions), key_bytes, value_bytes, timestamp
 
     def _value(self, row: Sequence[Any]) -> Any:
         spec = self.value
@@ -137,17 +154,21 @@ def check_columns(
     value: ValueSpec,
     key_serde: Serde | None = None,
     value_serde: Serde | None = None,
+    *,
+    timestamp_column: str | None = None,
 ) -> None:
     """Check a schema ({column: Spark type name}) before any data is read.
 
-    Raises LoadRejected for a missing key or value column, and for column types the
-    serdes cannot take (a ``str`` key serde on a number, a decimal in a JSON value...),
-    naming the column and what to cast it to.
+    Raises LoadRejected for a missing key, value or timestamp column, and for column
+    types the serdes cannot take (a ``str`` key serde on a number, a decimal in a JSON
+    value...), naming the column and what to cast it to. The timestamp column's type is
+    :func:`worker.spark.timestamps.check_timestamp_column`'s to check.
     """
     named = value_columns(value)
     if isinstance(value, Sequence) and not isinstance(value, str) and not named:
         raise LoadRejected("no value columns given")
-    missing = [c for c in (key_column, *named) if c not in schema]
+    stamped = () if timestamp_column is None else (timestamp_column,)
+    missing = [c for c in (key_column, *named, *stamped) if c not in schema]
     if missing:
         raise LoadRejected(
             f"column {missing[0]!r} not in the input; columns: {', '.join(schema) or 'none'}"

@@ -28,7 +28,7 @@ def encode_rows(encoder: TableEncoder, rows: Iterable[Any]) -> Iterator[Encoded]
         try:
             yield encode(row)
         except RowRejected as exc:
-            yield REJECTED, b"", str(exc).encode()
+            yield REJECTED, b"", str(exc).encode(), None
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ def encode_stats(records: Iterable[Encoded]) -> Iterator[EncodeStats]:
     """One EncodeStats for a partition of encoded records (for ``mapPartitions``)."""
     stats = EncodeStats()
     counts = stats.per_partition
-    for partition, _key, value in records:
+    for partition, _key, value, _timestamp in records:
         stats.rows += 1
         if partition == REJECTED:
             stats.rejected += 1

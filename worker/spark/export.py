@@ -30,11 +30,20 @@ from worker.spark.progress import Progress, job_progress, quiet, rate
 
 
 def read_store(
-    spark: SparkSession, store: str, settings: Settings, *, app: str = DEFAULT_APP
+    spark: SparkSession,
+    store: str,
+    settings: Settings,
+    *,
+    app: str = DEFAULT_APP,
+    timestamp_column: str | None = None,
 ) -> DataFrame:
-    """The store as the workers hold it: one row per key (``key`` and the value's columns)."""
+    """The store as the workers hold it: one row per key (``key`` and the value's columns,
+    and with ``timestamp_column`` a last column of each row's record time: for a
+    versioned table, the time its latest version is valid from)."""
     register(spark)
     options = {**source_options(settings), "store": store, "app": app}
+    if timestamp_column is not None:
+        options["timestampColumn"] = timestamp_column
     return spark.read.format(FORMAT).options(**options).load()
 
 
@@ -76,6 +85,7 @@ def export_store(
     settings: Settings,
     *,
     app: str = DEFAULT_APP,
+    timestamp_column: str | None = None,
     progress: Progress = quiet,
 ) -> ExportResult:
     """Write the store to Parquet at ``path`` (replacing what is there); count what was written.
@@ -83,7 +93,7 @@ def export_store(
     Raises TableNotFound (no such store or topic), SchemaMismatch, LoadFailed (broker).
     """
     started = time.monotonic()
-    frame = read_store(spark, store, settings, app=app)
+    frame = read_store(spark, store, settings, app=app, timestamp_column=timestamp_column)
     partitions = frame.rdd.getNumPartitions()
     progress(f"export {store}: {partitions} partitions, columns {', '.join(frame.columns)}")
     with job_progress(SparkContext.getOrCreate(), f"export {store}", progress):

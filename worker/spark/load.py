@@ -2,23 +2,27 @@
 
 The load protocol (the body of :func:`load_table` follows these steps):
 
-1. check the DataFrame's schema: key and value columns exist, their types suit the
-   serdes (no data read yet);
+1. check the DataFrame's schema: key, value and timestamp columns exist, their types
+   suit the serdes and a record's time (no data read yet);
 2. check the target topic: it exists (or may be created), and its partition count is the
    one the job expects (``partitions``, or that of the topics it must be co-partitioned
    with);
 3. check the keys are unique (a table has one row per key; with two, which one the
-   worker ends up with would depend on Spark's scheduling);
-4. encode every row into (partition, key bytes, value bytes) with the worker's serdes
-   and ``worker.partitioner``, persist the result and scan it: any row that cannot be
-   encoded (null key, value that does not serialise) rejects the whole load;
+   worker ends up with would depend on Spark's scheduling); an upsert with a timestamp
+   column may hold several versions of a key, one per time;
+4. encode every row into (partition, key bytes, value bytes, timestamp) with the
+   worker's serdes and ``worker.partitioner``, persist the result and scan it: any row
+   that cannot be encoded (null key, value that does not serialise, null or unparseable
+   timestamp) rejects the whole load;
 5. create the topic if it is missing and ``create`` was given (compacted);
 6. in ``snapshot`` mode, read the table's current content (the ``worker`` data source,
    read_committed), check it decodes with the serdes, and keep only the changes: an
    upsert for a new or changed value, a tombstone for a key that is no longer in the
    input, nothing for an unchanged row. ``upsert`` mode writes every row as it is;
-7. write each Kafka partition's changes in one transaction (the data source's writer):
-   workers reading ``read_committed`` see a partition's whole change or none of it;
+7. write each Kafka partition's changes in one transaction (the data source's writer),
+   in timestamp order when the rows carry their times (a key's versions then arrive as
+   in-order data would): workers reading ``read_committed`` see a partition's whole
+   change or none of it;
 8. return the counts, or raise LoadIncomplete if any partition's transaction failed.
 
 Steps 1-4 (and the decoding check of 6) raise LoadRejected and change nothing, not even
@@ -49,10 +53,11 @@ from worker.spark.executor import EncodeStats, encode_rows, encode_stats
 from worker.spark.progress import Progress, first_line, job_progress, quiet, rate, worker_error
 from worker.spark.target import Target, TopicAdmin, check_target
 from worker.spark.target import create as create_topic
+from worker.spark.timestamps import check_timestamp_column
 
 Mode = Literal["snapshot", "upsert"]
 MODES = ("snapshot", "upsert")
-_CHANGES = "partition INT, key BINARY, value BINARY"
+_CHANGES = "partition INT, key BINARY, value BINARY, timestamp BIGINT"
 
 __all__ = ["LoadResult", "Progress", "load_table", "quiet"]
 
@@ -108,6 +113,7 @@ def load_table(
     co_partition_with: Sequence[str] = (),
     create: bool = False,
     check_unique_keys: bool = True,
+    timestamp_column: str | None = None,
     write_timeout: float = 180.0,
     transaction_timeout_ms: int = 300_000,
     admin: TopicAdmin | None = None,
@@ -116,27 +122,39 @@ def load_table(
     """Load ``df`` into ``topic``: one record per changed key (see the module doc).
 
     ``value`` makes each row's value (:data:`worker.spark.encoding.ValueSpec`); a null
-    value deletes the key. Raises LoadRejected (nothing written), LoadIncomplete (some
-    partitions' transactions failed; those kept their previous content),
-    KafkaUnavailable.
+    value deletes the key. ``timestamp_column`` stamps each record with its row's time
+    (``worker.spark.timestamps``) instead of the time of the write: the event time a
+    versioned table serves the version from. Raises LoadRejected (nothing written),
+    LoadIncomplete (some partitions' transactions failed; those kept their previous
+    content), KafkaUnavailable.
     """
     if mode not in MODES:
         raise LoadRejected(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     started = time.monotonic()
     key_codec, value_codec = resolve_serde(key_serde), resolve_serde(value_serde)
     schema = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-    check_columns(schema, key_column, value, key_codec, value_codec)  # step 1
+    check_columns(  # step 1
+        schema, key_column, value, key_codec, value_codec, timestamp_column=timestamp_column
+    )
+    if timestamp_column is not None:
+        check_timestamp_column(schema, timestamp_column)
     admin = admin or Admin(settings)
     target = check_target(  # step 2
         admin, topic, partitions=partitions, co_partition_with=co_partition_with, create=create
     )
     missing = "" if target.exists else " (to be created)"
     progress(f"{topic}: {target.partitions} partitions{missing}, {target.reason}")
-    df = _needed_columns(df, key_column, value)
+    df = _needed_columns(df, key_column, value, timestamp_column)
     if check_unique_keys:  # step 3
-        _check_unique(df, key_column)
+        _check_unique(df, key_column, timestamp_column, mode)
     encoder = TableEncoder(
-        tuple(df.columns), key_column, value, key_codec, value_codec, target.partitions
+        tuple(df.columns),
+        key_column,
+        value,
+        key_codec,
+        value_codec,
+        target.partitions,
+        timestamp_column,
     )
     encoded = df.rdd.mapPartitions(functools.partial(encode_rows, encoder))
     encoded = encoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -151,7 +169,7 @@ def load_table(
         rows = spark.createDataFrame(encoded, _CHANGES)
         if mode == "snapshot":  # step 6
             rows = _diff(spark, rows, options, key_codec, value_codec, progress)
-        changes = _by_kafka_partition(rows, target.partitions)
+        changes = _by_kafka_partition(rows, target.partitions, timestamp_column is not None)
         counts = _counts(changes)
         check_seconds = time.monotonic() - started
         written = time.monotonic()
@@ -175,26 +193,45 @@ def load_table(
     return LoadResult(target, stats.rows, summary, deletes, check_seconds, write_seconds, mode)
 
 
-def _needed_columns(df: DataFrame, key_column: str, value: ValueSpec) -> DataFrame:
-    """Only the key and value columns cross to Python (a value function sees them all)."""
+def _needed_columns(
+    df: DataFrame, key_column: str, value: ValueSpec, timestamp_column: str | None
+) -> DataFrame:
+    """Only the key, value and timestamp columns cross to Python (a value function sees
+    them all)."""
     if callable(value) and not isinstance(value, str):
         return df
     named = [value] if isinstance(value, str) else list(value)
+    if timestamp_column is not None:
+        named.append(timestamp_column)
     return df.select(key_column, *[c for c in dict.fromkeys(named) if c != key_column])
 
 
-def _check_unique(df: DataFrame, key_column: str) -> None:
-    duplicates = (  # null keys are step 4's to report
+def _check_unique(df: DataFrame, key_column: str, timestamp_column: str | None, mode: Mode) -> None:
+    """One row per key; an upsert with ``timestamp_column``, one per key and time (two
+    versions of a key at one time leave which one the table serves to Spark's
+    scheduling). A snapshot is the table's one current content, compared key by key."""
+    versions = timestamp_column if mode == "upsert" else None
+    grouping = [key_column] if versions is None else [key_column, versions]
+    duplicates = (  # null keys and times are step 4's to report
         df.where(F.col(key_column).isNotNull())
-        .groupBy(key_column)
+        .groupBy(*grouping)
         .agg(F.count(F.lit(1)).alias("rows"))
         .where(F.col("rows") > 1)
         .limit(3)
         .collect()
     )
-    if duplicates:
+    if not duplicates:
+        return
+    if versions is None:
         listing = ", ".join(f"{row[0]!r} ({row[1]} rows)" for row in duplicates)
-        raise LoadRejected(f"key column {key_column!r} is not unique: {listing}")
+        history = ""
+        if timestamp_column is not None:
+            history = "; several versions of a key (a history) load with mode upsert"
+        raise LoadRejected(f"key column {key_column!r} is not unique: {listing}{history}")
+    listing = ", ".join(f"{row[0]!r} at {row[1]!r} ({row[2]} rows)" for row in duplicates)
+    raise LoadRejected(
+        f"key column {key_column!r} has several rows at one time of {versions!r}: {listing}"
+    )
 
 
 def _scan(encoded: Any, topic: str) -> EncodeStats:
@@ -231,6 +268,7 @@ def _diff(
         F.coalesce(F.col("n.partition"), F.col("o.partition")).alias("partition"),
         F.coalesce(F.col("n.key"), F.col("o.key")).alias("key"),
         F.col("n.value").alias("value"),
+        F.col("n.timestamp").alias("timestamp"),  # a tombstone of a vanished key: now
     )
 
 
@@ -248,17 +286,25 @@ def _check_decodes(rows: list[Any], key_serde: Serde, value_serde: Serde, topic:
                 ) from None
 
 
-def _by_kafka_partition(rows: DataFrame, count: int) -> Any:
+def _by_kafka_partition(rows: DataFrame, count: int, in_time_order: bool) -> Any:
     """The changes as an RDD whose Spark partition ``i`` holds exactly Kafka partition ``i``,
-    so each Spark task writes one Kafka partition in one transaction. Persisted: counted,
-    then written, without reading the table twice."""
-    keyed = rows.rdd.map(lambda r: (r[0], (r[1], r[2])))
-    split = keyed.partitionBy(count, _identity).map(lambda kv: (kv[0], kv[1][0], kv[1][1]))
-    return split.persist(StorageLevel.MEMORY_AND_DISK)
+    so each Spark task writes one Kafka partition in one transaction; ``in_time_order``
+    sorts each by timestamp, so a key's versions reach the topic oldest first and its
+    last record is its latest version, as a compacted topic keeps it. Persisted:
+    counted, then written, without reading the table twice."""
+    if not in_time_order:
+        keyed = rows.rdd.map(lambda r: (r[0], (r[1], r[2], r[3])))
+        split = keyed.partitionBy(count, _first)
+    else:  # keyed by (partition, time): placed by the first, sorted by both
+        keyed = rows.rdd.map(lambda r: ((r[0], r[3] or 0), (r[1], r[2], r[3])))
+        split = keyed.repartitionAndSortWithinPartitions(count, _first)
+    records = split.map(lambda kv: (_first(kv[0]), *kv[1]))
+    return records.persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _identity(partition: int) -> int:
-    return partition
+def _first(key: Any) -> int:
+    """The Kafka partition of a (partition, timestamp) key, or of a bare partition."""
+    return int(key[0]) if isinstance(key, tuple) else int(key)
 
 
 def _counts(changes: Any) -> dict[int, tuple[int, int]]:

@@ -56,7 +56,8 @@ def test_print_submit_for_a_generic_table_keeps_its_options():
     code, out, _ = run(
         "table", "--input", "s3a://b/users.parquet", "--topic", "users", "--key-column", "id",
         "--value-columns", "name,email", "--co-partition-with", "clicks",
-        "--co-partition-with", "orders", "--create", "--print-submit",
+        "--co-partition-with", "orders", "--create", "--timestamp-column", "updated_at",
+        "--print-submit",
     )  # fmt: skip
 
     assert code == 0
@@ -69,6 +70,7 @@ def test_print_submit_for_a_generic_table_keeps_its_options():
         "--value-columns name,email",
         "--co-partition-with clicks --co-partition-with orders",
         "--create",
+        "--timestamp-column updated_at",
     ):
         assert part in joined
     assert "--master" not in shlex.split(out)[3:]  # the default local master is not replayed

@@ -53,8 +53,9 @@ def encoder(value: Any = ("mean", "std", "n"), **overrides: Any) -> TableEncoder
 
 
 def test_a_row_becomes_the_serialised_key_and_value_on_the_murmur2_partition_of_the_key():
-    partition, key, value = encoder().encode(("acct-1", 1500.5, 30.25, 12))
+    partition, key, value, timestamp = encoder().encode(("acct-1", 1500.5, 30.25, 12))
 
+    assert timestamp is None  # no timestamp column: the record carries its write's time
     assert key == b"acct-1"
     assert decoded(value) == {"mean": 1500.5, "std": 30.25, "n": 12}
     assert partition == partition_for(b"acct-1", 4)
@@ -84,7 +85,7 @@ def test_struct_values_become_json_objects():
 def test_keys_are_serialised_with_the_key_serde_before_partitioning():
     enc = TableEncoder(("id", "v"), "id", "v", JSON, JSON, 7)
 
-    partition, key, _ = enc.encode((42, "x"))
+    partition, key, _, _ = enc.encode((42, "x"))
 
     assert key == b"42"
     assert partition == partition_for(b"42", 7)

@@ -13,9 +13,9 @@ ENCODER = TableEncoder(("k", "v"), "k", "v", STR, JSON, 4)
 def test_rows_that_cannot_be_encoded_become_rejected_markers_carrying_the_reason():
     records = list(encode_rows(ENCODER, [("a", 1), (None, 2), ("b", object())]))
 
-    assert records[0] == (partition_for(b"a", 4), b"a", b"1")
-    assert records[1] == (REJECTED, b"", b"key column 'k' is null")
-    partition, _, reason = records[2]
+    assert records[0] == (partition_for(b"a", 4), b"a", b"1", None)
+    assert records[1] == (REJECTED, b"", b"key column 'k' is null", None)
+    partition, _, reason, _ = records[2]
     assert partition == REJECTED and reason is not None and b"value of key 'b'" in reason
 
 

@@ -65,14 +65,17 @@ class FakeProducer:
         self.full_once, self.raise_on = full_once, raise_on
         self.queue: list[tuple[int, bytes, bytes | None, Any]] = []
         self.produced: list[tuple[int, bytes, bytes | None]] = []
+        self.timestamps: list[int | None] = []  # None: produced without one (the time now)
 
-    def produce(self, topic, value, key, partition, on_delivery):
+    def produce(self, topic, value, key, partition, on_delivery, **stamp):
         if self.full_once:
             self.full_once = False
             raise BufferError("queue full")
         if self.raise_on is not None and partition == self.raise_on:
             raise ck.KafkaException(ck.KafkaError(ck.KafkaError.MSG_SIZE_TOO_LARGE))
         self.produced.append((partition, key, value))
+        self.timestamps.append(stamp.pop("timestamp", None))
+        assert not stamp, f"unexpected produce arguments {stamp}"
         self.queue.append((partition, key, value, on_delivery))
 
     def poll(self, timeout: float) -> int:

@@ -50,7 +50,12 @@ def factory(**behaviour: Any) -> tuple[Any, dict[str, TxnProducer]]:
     return make, made
 
 
-RECORDS = [(0, b"a", b"1"), (1, b"b", b"2"), (1, b"c", None), (0, b"d", b"4")]
+RECORDS = [
+    (0, b"a", b"1", None),
+    (1, b"b", b"2", None),
+    (1, b"c", None, None),
+    (0, b"d", b"4", None),
+]
 
 
 def test_each_partition_is_written_by_its_own_stably_named_transaction():
@@ -65,6 +70,26 @@ def test_each_partition_is_written_by_its_own_stably_named_transaction():
         assert {p for p, _, _ in producer.produced} == {partition}
         assert producer.config["transaction.timeout.ms"] == 900_000
     assert summary.acked == {0: 2, 1: 2} and summary.ok
+
+
+def test_each_record_carries_its_own_timestamp_and_none_leaves_it_to_the_producer():
+    make, made = factory()
+    stamped = [(0, b"a", b"1", 1_700_000_000_000), (0, b"b", None, None), (1, b"c", b"3", 5)]
+
+    write_transactions({}, "t", 2, stamped, producer_factory=make)
+
+    assert made[transactional_id("t", 0)].timestamps == [1_700_000_000_000, None]
+    assert made[transactional_id("t", 1)].timestamps == [5]
+
+
+def test_a_timestamp_librdkafka_would_read_as_now_is_refused_before_it_is_sent():
+    make, made = factory()
+
+    with pytest.raises(ValueError, match="positive epoch ms, got 0"):
+        write_transactions({}, "t", 2, [(0, b"a", b"1", 0)], producer_factory=make)
+
+    producer = made[transactional_id("t", 0)]
+    assert producer.produced == [] and producer.calls[-1] == "abort"
 
 
 def test_a_failed_record_aborts_every_partition_of_the_task_and_counts_nothing():
