@@ -52,7 +52,7 @@ def test_the_jobs_partition_is_the_workers_partition_of_the_serialised_key(
     key, serde = key_and_serde
     encoder = TableEncoder(("k", "v"), "k", "v", serde, JSON, partitions)
 
-    partition, key_bytes, _ = encoder.encode((key, 1))
+    partition, key_bytes, _, _ = encoder.encode((key, 1))
 
     assert key_bytes == serde.serialize(key)
     assert partition == partition_for(key_bytes, partitions)
