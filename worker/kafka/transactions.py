@@ -47,6 +47,8 @@ from worker.observability import Metrics, get_logger
 
 # A commit longer than this is logged with its parts (flush, offsets, commit).
 SLOW_COMMIT_S = 0.15
+# Tries of a pending abort before the producer is replaced (see ``TransactionalProducer._begin``).
+MAX_PENDING_ABORTS = 5
 
 
 @functools.cache
@@ -173,6 +175,7 @@ class TransactionalProducer:
         self._deliveries = deliveries
         self._producer = ck.Producer(self._config)
         self._dead: TransactionAborted | None = None  # a fatal error poll() met, not raised yet
+        self._pending_aborts = 0  # tries of the abort now pending (ABORT_PENDING)
         self._timeout = settings.commit_timeout_s
         self._fsm = StateMachine(
             "transaction",
@@ -245,10 +248,16 @@ class TransactionalProducer:
         if self._fsm.state is TxnState.IN_TRANSACTION:
             return
         if self._fsm.state is TxnState.ABORT_PENDING:
-            if self._abort_open() == "pending":
+            # A retriable failure may never clear on this producer: a worker frozen past
+            # its transaction's timeout (the broker aborted it and bumped the epoch) saw
+            # its abort fail retriably on every try, for minutes, with the broker up.
+            # A new producer's init_transactions aborts whatever is open whichever way.
+            self._pending_aborts += 1
+            if self._abort_open() == "pending" and self._pending_aborts < MAX_PENDING_ABORTS:
                 raise TransactionAborted(
                     "the previous transaction is not aborted yet (broker unreachable)"
                 )
+            self._pending_aborts = 0
             # Aborted at last (or beyond saving): continue on a fresh producer. One that
             # lived through the outage can keep a coordinator handle from before
             # librdkafka re-bootstrapped, and then never sends the TxnOffsetCommit of its

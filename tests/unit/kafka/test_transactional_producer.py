@@ -127,6 +127,28 @@ def test_an_abort_the_broker_cannot_take_is_finished_by_the_same_producer_then_r
     ]
 
 
+def test_an_abort_that_keeps_failing_retriably_is_given_up_for_a_new_producer(
+    output: Output,
+) -> None:
+    """A worker frozen past its transaction's timeout met a retriable abort failure on
+    every try, with the broker up: after MAX_PENDING_ABORTS tries a new producer (whose
+    init_transactions aborts what is open) takes over."""
+    collector, producer = output
+    first = FakeProducer.made[-1]
+    collector.send("out", b"k", b"v")
+    first.script["abort_transaction"] = [_timeout() for _ in range(100)]
+    with pytest.raises(TransactionAborted):
+        producer.commit({("in", 0): 1}, lambda: b"meta")
+    for _ in range(transactions.MAX_PENDING_ABORTS - 1):
+        with pytest.raises(TransactionAborted, match="not aborted yet"):
+            producer.commit({("in", 0): 1}, lambda: b"meta")
+        assert len(FakeProducer.made) == 1
+    producer.commit({("in", 0): 1}, lambda: b"meta")
+    assert len(FakeProducer.made) == 2, "replaced after the tries"
+    assert producer.state is TxnState.READY
+    assert FakeProducer.made[-1].calls[0] == "init_transactions"
+
+
 def test_a_fenced_producer_is_replaced_without_trying_to_abort(
     output: Output,
 ) -> None:
