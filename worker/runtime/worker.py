@@ -354,6 +354,7 @@ class Worker:
             rt.loop.probes.on_assignment(assignment)
             self._assigned = True
             self._remember_member_id(rt)
+        self._publish()  # /readyz and /tasks show the tasks the events moved at once
 
     def _remember_member_id(self, rt: Runtime) -> None:
         """Keep the member id in the state dir, so that a run after a crash can remove
