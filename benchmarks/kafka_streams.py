@@ -71,7 +71,7 @@ class Params:
 
 
 FULL = Params(records=300_000, keys=60_000)
-QUICK = Params(records=10_000, keys=1_000, rounds=1, guarantees=GUARANTEES[:1], cached=False)
+QUICK = Params(records=5_000, keys=1_000, rounds=1, guarantees=GUARANTEES[:1], cached=False)
 CACHE_BYTES = 10 * 1024 * 1024  # statestore.cache.max.bytes' default
 OUTPUTS = {"count_sum": SUMS_OUTPUT, "windowed": WINDOWED_OUTPUT}
 

@@ -76,7 +76,7 @@ class Params:
 
 
 FULL = Params(sizes=(256 * MiB, 512 * MiB, 1024 * MiB), kill_backlog=20_000)
-QUICK = Params(sizes=(2 * MiB, 4 * MiB, 8 * MiB), kill_backlog=2_000)
+QUICK = Params(sizes=(2 * MiB, 4 * MiB), kill_backlog=2_000)  # two sizes: a range
 
 
 @dataclass(frozen=True)

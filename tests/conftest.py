@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.support.brokers",
     "tests.support.fixtures",
     "tests.support.scheduling",
+    "tests.support.jvm_options",
 ]
 
 # Six test processes share two cores under `make test`: how fast hypothesis generates

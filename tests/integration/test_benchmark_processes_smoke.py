@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.duration(25)
+@pytest.mark.duration(95)
 def test_quick_run_reports_one_and_two_processes_with_where_the_cores_went(
     tmp_path: Path,
 ) -> None:

@@ -30,7 +30,7 @@ def active_tasks(worker: WorkerProcess) -> set[str]:
     return {t["task_id"] for t in orjson.loads(body)["tasks"] if t["kind"] == "active"}
 
 
-@pytest.mark.duration(125)
+@pytest.mark.duration(165)
 def test_a_rolling_restart_recycles_initial_standbys_and_restores_only_the_gap(
     own_broker, worker_factory
 ):

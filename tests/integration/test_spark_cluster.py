@@ -29,12 +29,19 @@ from worker.examples import payments as app
 pytest.importorskip("pyspark", reason="the spark extra is not installed (make install has it)")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from tests.support.jvm_options import EXECUTOR_CONF  # noqa: E402
 from tests.support.process_groups import run_group  # noqa: E402
 from tests.support.spark_cluster import StandaloneCluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-SMALL = ["--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=512m"]
+SMALL = [
+    "--conf",
+    "spark.executor.memory=512m",
+    "--conf",
+    "spark.driver.memory=512m",
+    *EXECUTOR_CONF,
+]
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def enriched(bootstrap: str) -> dict[str, Any]:
 
 
 @pytest.mark.brokers("kafka")  # a transaction per partition
-@pytest.mark.duration(60)
+@pytest.mark.duration(210)
 def test_the_guides_history_load_serves_each_payment_the_profile_of_its_time(
     own_broker, worker_factory, tmp_path
 ):

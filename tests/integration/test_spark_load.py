@@ -106,6 +106,7 @@ def test_account_profiles_are_the_mean_spread_and_count_of_each_accounts_history
 
 
 @pytest.mark.brokers("kafka")  # a transaction per partition
+@pytest.mark.duration(105)
 def test_a_load_writes_keys_values_and_deletes_exactly_as_the_worker_serialises_them(
     spark, bootstrap
 ):
@@ -194,6 +195,7 @@ def test_a_load_that_fails_its_checks_is_rejected_and_writes_nothing(spark, boot
 
 
 @pytest.mark.brokers("kafka")  # a transaction per partition
+@pytest.mark.duration(120)
 def test_a_partition_whose_write_fails_commits_nothing_and_the_load_says_so(spark, bootstrap):
     settings = settings_for(bootstrap)
     topic = new_topic(settings)
@@ -293,7 +295,7 @@ def run_cli_load(bootstrap: str, inputs: Path) -> str:
 
 
 @pytest.mark.brokers("kafka")  # a transaction per partition
-@pytest.mark.duration(39)
+@pytest.mark.duration(195)
 def test_a_load_while_two_workers_run_reaches_actives_and_standbys_and_restores_exactly(
     own_broker, worker_factory, tmp_path
 ):

@@ -98,7 +98,7 @@ def serves(worker: WorkerProcess, store: str, expected: dict[str, Any]) -> bool:
     return True
 
 
-@pytest.mark.duration(100)
+@pytest.mark.duration(240)
 def test_snapshots_reach_the_workers_and_exports_equal_what_they_serve(
     spark, own_broker, worker_factory, tmp_path
 ):
@@ -221,7 +221,7 @@ def committed(direct: str, topic: str) -> list[dict[bytes, bytes]]:
     return tables
 
 
-@pytest.mark.duration(90)
+@pytest.mark.duration(190)
 def test_a_load_killed_half_way_leaves_each_partition_at_the_previous_snapshot_or_the_new(
     spark, proxied, tmp_path
 ):

@@ -123,7 +123,7 @@ class Observer:
 X0, W0 = {"fk": "x", "v": 0}, {"fk": "w", "v": 0}
 
 
-@pytest.mark.duration(60)
+@pytest.mark.duration(130)
 @settings(max_examples=100, deadline=None)
 # a settled row whose foreign key moves to a missing right row must leave an inner join
 @example("inner", 1, [("r", "x", 0), ("l", "a", X0), ("settle",), ("l", "a", W0)], [])

@@ -5,7 +5,9 @@ Registered from tests/conftest.py (``pytest_plugins``).
 Order: longest first (``pytest.mark.duration(seconds)``; an unmarked integration or
 fault test counts as DEFAULT_BROKER_TEST_SECONDS, any other test as 0), so that a
 parallel run ends evenly instead of waiting for one long test that started last. Ties
-keep the collection order.
+keep the collection order. A mark is what the test took inside a whole ``make test``
+(``--durations``), not alone: under that load a Spark or benchmark test takes three to
+five times as long as alone, a unit test hardly longer, and only the order matters.
 
 Spreading (``make test``: ``-n N --dist loadgroup --no-loadscope-reorder``): one test at a
 time to whichever xdist worker has room, except that a module in WHOLE_MODULES goes whole
