@@ -169,6 +169,9 @@ class Settings(BaseModel):
     # How long a task reading several partitions waits for an empty one before it
     # processes the others (worker.tasks.partition_group); -1: never.
     max_task_idle_ms: int = Field(0, alias="max.task.idle.ms", ge=-1)
+    # Records a partition of such a task may hold fetched past which its fetching pauses
+    # until it drains (Kafka Streams' setting of the same name and default).
+    buffered_records_per_partition: int = Field(1000, alias="buffered.records.per.partition", ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", alias="log.level")
     log_format: Literal["json", "console"] = Field("json", alias="log.format")
     kafka: dict[str, str] = Field(default_factory=dict)

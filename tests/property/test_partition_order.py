@@ -63,7 +63,7 @@ def processed_order(scenario: Scenario) -> list[tuple[int, int]]:
     """(partition index, offset) of each record in the order the group processed them."""
     tps = partitions(len(scenario.logs))
     index = {tp: i for i, tp in enumerate(tps)}
-    group = PartitionGroup(tps, 0, FakeClock(), lambda r: r.timestamp()[1])
+    group = PartitionGroup(tps, 0, FakeClock(), lambda r: r.timestamp()[1], 1000)
     fetched = [0] * len(tps)
     done: list[tuple[int, int]] = []
 

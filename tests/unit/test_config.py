@@ -349,6 +349,15 @@ def test_a_transaction_timeout_shorter_than_a_transaction_is_refused_naming_the_
     assert caught.value.key == key
 
 
+def test_buffered_records_per_partition_is_1000_by_default_and_must_be_positive() -> None:
+    assert load(environ={}).settings.buffered_records_per_partition == 1000
+    setting = {"buffered.records.per.partition": "50"}
+    assert load(overrides=setting, environ={}).settings.buffered_records_per_partition == 50
+    for bad in ("0", "-1", "many"):
+        with pytest.raises(ConfigError, match=re.escape("buffered.records.per.partition")):
+            load(overrides={"buffered.records.per.partition": bad}, environ={})
+
+
 def test_max_task_idle_is_0_by_default_minus_one_disables_and_below_is_refused() -> None:
     assert load(environ={}).settings.max_task_idle_ms == 0
     assert load(overrides={"max.task.idle.ms": "-1"}, environ={}).settings.max_task_idle_ms == -1

@@ -45,7 +45,6 @@ from worker.clock import Clock
 from worker.processing import timestamps
 from worker.processing.built_topology import Subtopology
 
-MAX_BUFFERED = 1000  # records per partition past which its fetching pauses (Kafka Streams')
 IDLE_DISABLED = -1
 _COMPACT_AT = 4096  # a queue's consumed head is dropped from its list past this many records
 
@@ -135,7 +134,7 @@ class PartitionGroup:
         idle_ms: int,
         clock: Clock,
         timestamp_of: TimestampOf,
-        max_buffered: int = MAX_BUFFERED,
+        max_buffered: int,
     ) -> None:
         self._queues = [_Queue(tp, rank) for rank, tp in enumerate(partitions)]
         self._by_tp = {q.tp: q for q in self._queues}

@@ -197,6 +197,7 @@ class Tasks:
             settings.max_task_idle_ms,
             self.ctx.clock,
             timestamp_reader(settings.timestamp_extractor, lambda: task.stream_time),
+            settings.buffered_records_per_partition,
         )
 
     def close(self, task_id: TaskId, clean: bool) -> None:

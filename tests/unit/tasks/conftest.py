@@ -105,12 +105,19 @@ def idle_ms() -> int:
 
 
 @pytest.fixture
-def settings(idle_ms: int) -> Settings:
+def buffered_records() -> int:
+    """``buffered.records.per.partition`` (parametrize ``buffered_records``)."""
+    return 1000
+
+
+@pytest.fixture
+def settings(idle_ms: int, buffered_records: int) -> Settings:
     return Settings.model_validate(
         {
             "application.id": APP,
             "statestore.checkpoint.interval.ms": int(CHECKPOINT_INTERVAL_S * 1000),
             "max.task.idle.ms": idle_ms,
+            "buffered.records.per.partition": buffered_records,
         }
     )
 

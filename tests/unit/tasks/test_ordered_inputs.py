@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.unit.tasks.conftest import EVENTS, LABELS, OUT, T00, Harness, assignment, encode
 from worker.assignment.task_id import TP
-from worker.tasks.partition_group import MAX_BUFFERED
 from worker.tasks.state import TaskState
 
 EV: TP = (EVENTS, 0)
@@ -102,21 +102,22 @@ def test_a_revived_task_drops_its_buffered_records_and_reads_them_again(
     assert outputs(harness) == [{"n": 1, "label": "blue"}]
 
 
+@pytest.mark.parametrize("buffered_records", [1000, 40])
 def test_a_partition_holding_too_much_while_its_task_waits_is_paused_then_resumed(
-    harness: Harness,
+    harness: Harness, buffered_records: int
 ) -> None:
     running(harness)
-    for i in range(MAX_BUFFERED + 1):
+    for i in range(buffered_records + 1):
         event(harness, f"k{i % 7}", 1_000 + i)
     label(harness, "a", "red", 100)
     label(harness, "a", "blue", 200)
 
-    harness.router.process(harness.consumer.consume(MAX_BUFFERED + 2, 0.0))
+    harness.router.process(harness.consumer.consume(buffered_records + 2, 0.0))
     assert harness.consumer.paused == {EV}
 
-    assert harness.process() == MAX_BUFFERED + 2
+    assert harness.process() == buffered_records + 2
     assert harness.consumer.paused == set()
-    assert len(outputs(harness)) == MAX_BUFFERED + 1
+    assert len(outputs(harness)) == buffered_records + 1
 
 
 def test_records_processed_without_an_empty_partition_are_counted_as_enforced(
