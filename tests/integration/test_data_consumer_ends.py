@@ -136,3 +136,23 @@ def test_a_paused_partition_resumes_after_the_last_record_delivered(
     consumer.resume([p0])
     wait_until(lambda: reader.step() and reader.ends.get(p0) == 3000, 20, message="the end")
     assert reader.records[p0] == list(range(3000))
+
+
+def test_a_partition_paused_then_removed_is_fetched_again_when_added_back(
+    bootstrap: str, topic: str, consumer: DataConsumer
+) -> None:
+    """A task revoked (or revived) while its partition group had paused a partition
+    gets it back unpaused: its new partition group starts with nothing paused, so a
+    partition still paused would never be fetched again."""
+    produce(bootstrap, topic, 0, 3000)
+    p0 = (topic, 0)
+    consumer.add({p0: None})
+    reader = Reader(consumer)
+    wait_until(lambda: reader.step() and reader.records.get(p0), 20, message="records")
+    consumer.pause([p0])
+    consumer.remove([p0])
+
+    consumer.add({p0: 0})
+    reader.records.clear()
+    wait_until(lambda: reader.step() and reader.ends.get(p0) == 3000, 20, message="the end")
+    assert reader.records[p0] == list(range(3000))
