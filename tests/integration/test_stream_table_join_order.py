@@ -147,6 +147,13 @@ def test_a_running_worker_waits_up_to_max_task_idle_for_a_late_table(bootstrap, 
         """Every task holds stream records it fetched and waits (its table at its end)."""
         buffered = lambda t: worker.metric("worker_buffered_records", task=t)  # noqa: E731
         wait_until(lambda: all(buffered(t) > 0 for t in tasks), 20, message="stream buffered")
+        # The wait is charged to its own cause, not to an unexplained "other".
+        idle = "worker_task_unavailable_seconds_total"
+        wait_until(
+            lambda: all(worker.metric(idle, task=t, cause="task_idle") > 0 for t in tasks),
+            20,
+            message="the wait charged to task_idle",
+        )
         assert worker.metric("worker_processed_records_total") == 0
         assert not joined(bootstrap, out)
 

@@ -53,6 +53,9 @@ class StallCause(enum.Enum):
     REVIVE = "revive"  # the task was closed dirty and is being revived
     BROKER = "broker"  # the broker does not answer (fetch, commit, produce)
     BACKPRESSURE = "backpressure"  # fetching paused: the write buffers are full
+    # A task reading several partitions holds its records back for an empty one, to
+    # process them in timestamp order (max.task.idle.ms; worker.tasks.partition_group).
+    TASK_IDLE = "task_idle"
     OTHER = "other"  # input waiting, nothing processed, and no known reason
 
 

@@ -40,6 +40,8 @@ class LoopConditions:
     rebalancing: bool
     broker_connected: bool
     backpressure: bool
+    # Tasks whose partition group holds records back for an empty partition.
+    idling: frozenset[str] = frozenset()
 
 
 class InputWatch:
@@ -119,4 +121,6 @@ def _cause(task: Task, conditions: LoopConditions) -> StallCause | None:
         return StallCause.BROKER
     if conditions.rebalancing:
         return StallCause.REBALANCE
+    if str(task.id) in conditions.idling:
+        return StallCause.TASK_IDLE
     return None

@@ -311,6 +311,7 @@ class Worker:
             rebalancing=rt.member.rebalancing,
             broker_connected=self._broker_connected,
             backpressure=rt.loop.backpressure,
+            idling=frozenset(str(t) for t, g in rt.parts.tasks.groups.items() if g.waiting),
         )
         self._availability.observe(rt.inputs.samples(rt.parts.tasks.by_id.values(), conditions))
 

@@ -144,6 +144,7 @@ class PartitionGroup:
         self._timestamp_of = timestamp_of
         self._max_buffered = max_buffered
         self._paused: set[TP] = set()
+        self._waiting = False
 
     @property
     def partitions(self) -> list[TP]:
@@ -170,6 +171,12 @@ class PartitionGroup:
         if offset > q.end:
             q.end = offset
 
+    @property
+    def waiting(self) -> bool:
+        """Whether the last :meth:`next_run` held back buffered records to wait for an
+        empty partition (what the task's unavailability is charged to)."""
+        return self._waiting
+
     def next_run(self) -> Run | None:
         """The records to process next, or None while the task waits (or has none).
 
@@ -182,6 +189,7 @@ class PartitionGroup:
         best: _Queue | None = None
         second: _Queue | None = None
         enforced = False
+        self._waiting = False
         for q in self._queues:
             if q.head < len(q.records):
                 q.deadline = None
@@ -192,12 +200,14 @@ class PartitionGroup:
             elif self._waits:
                 if not q.at_end:
                     q.deadline = None
+                    self._waiting = self.buffered > 0
                     return None
                 if self._idle_s > 0:
                     now = self._clock.monotonic()
                     if q.deadline is None:
                         q.deadline = now + self._idle_s
                     if now < q.deadline:
+                        self._waiting = self.buffered > 0
                         return None
                 enforced = True
         if best is None:
@@ -257,3 +267,4 @@ class PartitionGroup:
         for q in self._queues:
             q.records, q.head, q.last_offset, q.end, q.deadline = [], 0, -1, -1, None
         self._paused.clear()
+        self._waiting = False

@@ -195,5 +195,5 @@ def test_an_unknown_task_has_no_unavailable_seconds(tracker: AvailabilityTracker
 
 def test_the_cause_labels_are_the_documented_ones() -> None:
     assert [c.value for c in StallCause] == [
-        "rebalance", "restore", "revive", "broker", "backpressure", "other",
+        "rebalance", "restore", "revive", "broker", "backpressure", "task_idle", "other",
     ]  # fmt: skip

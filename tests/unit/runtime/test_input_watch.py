@@ -140,6 +140,21 @@ def test_causes_follow_the_task_and_the_loop() -> None:
     assert rig.charged(running, StallCause.BACKPRESSURE) == 1.5
 
 
+def test_a_task_holding_records_back_for_an_empty_partition_is_charged_to_task_idle() -> None:
+    rig = Rig()
+    aligning = FakeTask(TaskId(0, 2), positions={("in", 2): 0})
+    rig.watermarks[("in", 2)] = 5
+    idling = LoopConditions(
+        rebalancing=False, broker_connected=True, backpressure=False, idling=frozenset({"0_2"})
+    )
+    rig.observe([aligning], idling)
+    rig.clock.advance(2.0)
+    rig.observe([aligning], idling)
+
+    assert rig.charged(aligning, StallCause.TASK_IDLE) == 2.0
+    assert rig.charged(aligning, StallCause.OTHER) == 0.0
+
+
 def test_standbys_are_not_sampled() -> None:
     rig = Rig()
     standby = FakeTask(TaskId(0, 3), is_active=False)

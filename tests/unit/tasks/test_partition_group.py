@@ -116,6 +116,30 @@ def test_under_0_a_task_waits_for_a_partition_whose_end_is_not_known(clock: Fake
     assert run is not None and run.partition == STREAM and run.enforced
 
 
+def test_waiting_says_records_are_held_back_for_an_empty_partition(clock: FakeClock) -> None:
+    g = group(clock, idle_ms=0)
+    assert g.next_run() is None and not g.waiting, "nothing buffered: nothing held back"
+
+    add(g, records(STREAM, 10))
+    assert g.next_run() is None and g.waiting
+
+    g.reached_end(TABLE, 0)
+    assert g.next_run() is not None and not g.waiting
+
+    g.clear()
+    assert not g.waiting
+
+
+def test_waiting_lasts_the_idle_time_at_an_empty_partitions_end(clock: FakeClock) -> None:
+    g = group(clock, idle_ms=500)
+    add(g, records(STREAM, 10))
+    g.reached_end(TABLE, 0)
+    assert g.next_run() is None and g.waiting
+
+    clock.advance(0.5)
+    assert g.next_run() is not None and not g.waiting
+
+
 def test_under_0_a_task_waits_while_records_came_after_the_last_end(clock: FakeClock) -> None:
     g = group(clock, idle_ms=0)
     g.reached_end(TABLE, 3)
