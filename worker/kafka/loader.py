@@ -103,7 +103,7 @@ def read_topic(
         out: list[tuple[bytes | None, bytes | None]] = []
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(10000, 0.5):
+            for msg in consumer.consume(10000, 0.05):  # the ends come alone: wait little
                 err = msg.error()
                 if err is None:
                     out.append((msg.key(), msg.value()))

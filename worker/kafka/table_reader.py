@@ -14,6 +14,7 @@ stays the latest although the older one came last (``by_time``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -111,10 +112,18 @@ def committed_messages(
     )
     read = 0
     try:
+        # The leader known before the assignment, the offset query for the beginning goes
+        # out at once instead of after librdkafka's 500 ms retry (as the worker's own
+        # consumers do: worker.kafka.consumers, _TopicMetadata); an empty partition's read
+        # took 1 s. If the request fails, the retry still comes.
+        with contextlib.suppress(ck.KafkaException):
+            consumer.list_topics(topic, timeout=min(idle_timeout, 10.0))
         consumer.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
         deadline = time.monotonic() + idle_timeout
         while limit is None or read < limit:
-            messages = consumer.consume(10000, 0.5)
+            # consume() returns when its batch is full or its wait is over: the end comes
+            # as one event after the last records, so a long wait only delays it.
+            messages = consumer.consume(10000, 0.05)
             if not messages and time.monotonic() > deadline:
                 raise LoadFailed(
                     f"reading {topic}[{partition}]: nothing arrived for {idle_timeout:.0f}s"
