@@ -43,8 +43,9 @@ class FetchedBatch:
     end_offsets: dict[TP, int]
 
 
-class _TopicMetadata:
-    """Asks for the metadata of topics a consumer has never read, before it assigns them.
+def learn_leaders(consumer: ck.Consumer, topic: str, timeout: float = _METADATA_TIMEOUT_S) -> bool:
+    """Ask for ``topic``'s metadata before its partitions are assigned, so they start with
+    their leader known; False if the request failed (librdkafka's scan still runs).
 
     librdkafka learns where a newly assigned topic's partitions lead only on its
     1-second topic scan, so their first fetch waited 0-1 s (debug log: ``Start
@@ -54,9 +55,19 @@ class _TopicMetadata:
     one assigned at a logical offset (end, beginning) has by then found no leader and
     waits for librdkafka's offset query retry, 500 ms later (debug log: ``no current
     leader for partition: (re)starting offset query timer``): a watermark read of a
-    changelog took 0.5 s on Apache Kafka. Asked before, the partitions start with their
-    leader known (docs/platform-notes.md). If the request fails the scan still runs.
+    changelog took 0.5 s on Apache Kafka, an empty partition's table read 1 s
+    (docs/platform-notes.md).
     """
+    try:
+        consumer.list_topics(topic, timeout=timeout)
+    except ck.KafkaException:
+        return False
+    return True
+
+
+class _TopicMetadata:
+    """Asks for the metadata of topics a consumer has never read, before it assigns them
+    (:func:`learn_leaders`)."""
 
     def __init__(self, consumer: ck.Consumer) -> None:
         self._consumer = consumer
@@ -64,11 +75,8 @@ class _TopicMetadata:
 
     def learn(self, topics: Iterable[str]) -> None:
         for topic in sorted(set(topics) - self._known):
-            try:
-                self._consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
-            except ck.KafkaException:
-                continue
-            self._known.add(topic)
+            if learn_leaders(self._consumer, topic):
+                self._known.add(topic)
 
 
 class _PositionedConsumer:

@@ -14,7 +14,6 @@ stays the latest although the older one came last (``by_time``).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ import confluent_kafka as ck
 
 from worker.config import Settings
 from worker.kafka.client_config import base_config
+from worker.kafka.consumers import learn_leaders
 from worker.kafka.error_classifier import is_partition_eof
 from worker.kafka.loader import LoadFailed
 
@@ -112,12 +112,7 @@ def committed_messages(
     )
     read = 0
     try:
-        # The leader known before the assignment, the offset query for the beginning goes
-        # out at once instead of after librdkafka's 500 ms retry (as the worker's own
-        # consumers do: worker.kafka.consumers, _TopicMetadata); an empty partition's read
-        # took 1 s. If the request fails, the retry still comes.
-        with contextlib.suppress(ck.KafkaException):
-            consumer.list_topics(topic, timeout=min(idle_timeout, 10.0))
+        learn_leaders(consumer, topic, min(idle_timeout, 10.0))
         consumer.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
         deadline = time.monotonic() + idle_timeout
         while limit is None or read < limit:
