@@ -123,11 +123,13 @@ def test_waiting_says_records_are_held_back_for_an_empty_partition(clock: FakeCl
     add(g, records(STREAM, 10))
     assert g.next_run() is None and g.waiting
 
+    g.clear()  # the task stopped reading: nothing is held back any more
+    assert not g.waiting
+
+    add(g, records(STREAM, 10))
+    assert g.next_run() is None and g.waiting
     g.reached_end(TABLE, 0)
     assert g.next_run() is not None and not g.waiting
-
-    g.clear()
-    assert not g.waiting
 
 
 def test_waiting_lasts_the_idle_time_at_an_empty_partitions_end(clock: FakeClock) -> None:
